@@ -1,0 +1,5 @@
+import sys
+
+from deviceplugin.cli import main
+
+sys.exit(main())

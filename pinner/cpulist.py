@@ -1,0 +1,106 @@
+"""The kernel's cpu-list and cpu-mask syntax, parsed and formatted.
+
+Lives in ``pinner`` (standard library only) so the pinner can use it without
+importing the daemon; the daemon reuses it from here.
+
+Grammar (the kernel's ``bitmap_parselist``): comma-separated groups, each
+``N``, ``N-M`` or ``N-M:used/group`` (a stride: in every ``group`` CPUs
+starting at N, the first ``used`` are taken). sysfs files may carry a
+trailing newline or NUL bytes, and an empty file means "no CPUs".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+MAX_CPU = 1 << 16  # far above any real machine; guards against "0-999999999"
+
+
+class CpuListError(ValueError):
+    """A cpu list or mask that does not follow the kernel's syntax."""
+
+
+def _clean(text: str) -> str:
+    return text.replace("\x00", "").strip()
+
+
+def _number(token: str, text: str) -> int:
+    if not token.isdigit():
+        raise CpuListError(f"malformed cpu list {text!r}: {token!r} is not a CPU number")
+    value = int(token)
+    if value >= MAX_CPU:
+        raise CpuListError(f"malformed cpu list {text!r}: CPU {value} is out of range")
+    return value
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """Parse ``0-3,8,10-15:2/4`` into a set of CPU numbers."""
+    body = _clean(text)
+    if not body:
+        return frozenset()
+    cpus: set[int] = set()
+    for group in body.split(","):
+        group = group.strip()
+        if not group:
+            raise CpuListError(f"malformed cpu list {text!r}: empty entry between commas")
+        span, _, stride = group.partition(":")
+        first_s, dash, last_s = span.partition("-")
+        first = _number(first_s.strip(), text)
+        last = _number(last_s.strip(), text) if dash else first
+        if last < first:
+            raise CpuListError(f"malformed cpu list {text!r}: range {span!r} runs backwards")
+        used, group_size = 1, 1
+        if stride:
+            used_s, slash, size_s = stride.partition("/")
+            if not slash:
+                raise CpuListError(f"malformed cpu list {text!r}: stride {stride!r} needs USED/GROUP")
+            used, group_size = _number(used_s.strip(), text), _number(size_s.strip(), text)
+            if used == 0 or group_size == 0 or used > group_size:
+                raise CpuListError(
+                    f"malformed cpu list {text!r}: stride {stride!r} needs 0 < USED <= GROUP"
+                )
+        for start in range(first, last + 1, group_size):
+            cpus.update(range(start, min(start + used, last + 1)))
+    return frozenset(cpus)
+
+
+def parse_cpu_mask(text: str) -> frozenset[int]:
+    """Parse a sysfs hex mask (``00000000,0000ff0f``: 32-bit words, most significant first)."""
+    body = _clean(text)
+    if not body:
+        return frozenset()
+    digits = body.replace(",", "")
+    if digits[:2].lower() == "0x":
+        digits = digits[2:]
+    try:
+        value = int(digits, 16)
+    except ValueError:
+        raise CpuListError(f"malformed cpu mask {text!r}: expected hex digits") from None
+    return frozenset(bit for bit in range(value.bit_length()) if value >> bit & 1)
+
+
+def format_cpu_list(cpus: Iterable[int]) -> str:
+    """Format CPUs as the kernel does: ascending, consecutive runs as ``N-M``."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def format_cpu_csv(cpus: Iterable[int]) -> str:
+    """Format CPUs as an ascending comma-separated list: the ``CMK_CPUS_*`` env form."""
+    return ",".join(str(cpu) for cpu in sorted(set(cpus)))
+
+
+def format_cpu_mask(cpus: Iterable[int]) -> str:
+    """Format CPUs as a hex mask with ``0x`` prefix (CMK's ``CMK_CPUS_ASSIGNED_MASK``)."""
+    value = 0
+    for cpu in cpus:
+        value |= 1 << cpu
+    return hex(value)
