@@ -12,10 +12,12 @@ a burst (the kubelet deleting four sockets, then creating ``kubelet.sock``;
 several sysfs files changing for one CPU) costs one reaction:
 
 - CPU changed: re-read the topology, rebuild the tree, push what changed.
-- kubelet restarted (``kubelet.sock`` created, or one of our sockets gone):
-  stop every server (their streams end first), serve anew, register again.
-  An event that our own re-registration already answered (every pool
-  registered with the current ``kubelet.sock``, every socket ours) is ignored.
+- kubelet restarted (one of our sockets gone, or ``kubelet.sock`` created
+  while a pool is still registered with an older one): stop every server
+  (their streams end first), serve anew, register again. A new
+  ``kubelet.sock`` that no pool has registered with yet only cuts the
+  registrar's backoff short, so one kubelet restart (sockets deleted, then
+  ``kubelet.sock`` created) costs exactly one re-registration per pool.
 """
 
 from __future__ import annotations
@@ -175,13 +177,17 @@ class Daemon:
                 log.exception("handling %s failed; waiting for the next event", sorted(batch))
 
     def _kubelet_restarted(self, batch: set[tuple[str, str]]) -> bool:
+        """True when a pool may still be tied to a kubelet that is gone; else at most retry now."""
         ours = {server.socket_path.name: server for server in self._servers.values()}
         if any(name in ours and not ours[name].socket_is_mine() for _, name in batch):
             return True
-        if (_KUBELET, "") in batch and socket_identity(self.kubelet_socket) is not None:
-            registrar = self._registrar
-            return not (registrar is not None and registrar.done
-                        and self._registered_with_current_kubelet(registrar))
+        current = socket_identity(self.kubelet_socket)
+        registrar = self._registrar
+        if (_KUBELET, "") not in batch or current is None or registrar is None:
+            return False
+        if any(identity != current for identity in registrar.registered_with().values()):
+            return True  # registered with the previous kubelet: its streams must end first
+        registrar.retry_now()  # nothing tied to an old kubelet: just stop waiting out the backoff
         return False
 
     def _restart(self) -> None:

@@ -61,6 +61,7 @@ class Registrar:
         self._kubelet_socket = kubelet_socket
         self._pending = list(registrations)
         self._cancel = threading.Event()
+        self._wake = threading.Event()
         self._lock = threading.Lock()
         self._registered: dict[str, tuple[int, int] | None] = {}
         self._thread = threading.Thread(target=self._run, name="cmk-registrar", daemon=True)
@@ -71,8 +72,13 @@ class Registrar:
     def cancel(self, *, wait: bool = True) -> None:
         """Stop retrying; without ``wait`` a Register already in flight may finish on its own."""
         self._cancel.set()
+        self._wake.set()
         if wait:
             self._thread.join()
+
+    def retry_now(self) -> None:
+        """Cut a backoff wait short: a kubelet has just appeared."""
+        self._wake.set()
 
     def registered_with(self) -> dict[str, tuple[int, int] | None]:
         """resource -> identity of the kubelet.sock it registered with, for pools registered so far."""
@@ -101,7 +107,9 @@ class Registrar:
                                 registration.resource, self._kubelet_socket, err.code().name,
                                 err.details(), MAX_DELAY)
                     complained = True
-                if self._cancel.wait(delay):
+                self._wake.wait(delay)
+                self._wake.clear()
+                if self._cancel.is_set():
                     return
                 delay = min(delay * 2, MAX_DELAY)
                 continue
