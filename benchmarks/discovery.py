@@ -20,8 +20,8 @@ if not __package__:  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
+from deviceplugin.plan import plan_pools
 from deviceplugin.sysfs import discover
-from deviceplugin.topology import Topology
 
 FIXTURES = Path(
     os.environ.get("CMK_FIXTURES")
@@ -30,18 +30,6 @@ FIXTURES = Path(
 LARGEST_DUMP = "hwloc-256ppc-8n8s4t"
 SYNTHETIC = (4, 2, 64, 2)  # sockets, nodes per socket, cores per node, threads per core
 
-# --- plan hook: timed only once deviceplugin.plan exists (the lead wires the exact call) ---
-try:
-    from deviceplugin.plan import plan_pools  # type: ignore[import-not-found]
-except ImportError:
-    plan_pools = None
-
-
-def _plan(topology: Topology) -> object:
-    return plan_pools(topology)  # adjust to plan_pools' final signature
-
-
-# --- end of plan hook ----------------------------------------------------------------
 
 
 def _timed(step: Callable[[], object], runs: int) -> list[float]:
@@ -64,7 +52,8 @@ def main(argv: list[str]) -> int:
         print(f"fixture {FIXTURES / LARGEST_DUMP} not found: set CMK_FIXTURES", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="cmk-bench-discovery-") as scratch:
-        roots = write_synthetic_sysfs(Path(scratch), *SYNTHETIC)
+        # half the machine isolated, as a node dedicated to pinned workloads would be
+        roots = write_synthetic_sysfs(Path(scratch), *SYNTHETIC, isolated=range(0, 1024, 2))
         machines = {
             f"{LARGEST_DUMP}": (FIXTURES / LARGEST_DUMP / "sys", FIXTURES / LARGEST_DUMP / "proc"),
             "synthetic " + "x".join(map(str, SYNTHETIC)): (roots.sysfs, roots.procfs),
@@ -74,9 +63,8 @@ def main(argv: list[str]) -> int:
             cpus = len(discover(sysfs, procfs).cpus)
             steps: dict[str, Callable[[], object]] = {
                 "discover": lambda s=sysfs, p=procfs: discover(s, p),
+                "discover+plan": lambda s=sysfs, p=procfs: plan_pools(discover(s, p)),
             }
-            if plan_pools is not None:
-                steps["discover+plan"] = lambda s=sysfs, p=procfs: _plan(discover(s, p))
             for step_name, step in steps.items():
                 samples = _timed(step, runs)
                 rows.append((name, cpus, step_name, statistics.median(samples), _p90(samples)))
@@ -90,8 +78,6 @@ def main(argv: list[str]) -> int:
         f"{large[1]} vs {small[1]} CPUs: {large[3] / small[3]:.2f}x the time for "
         f"{large[1] / small[1]:.2f}x the CPUs (per CPU {large[3] / large[1] / (small[3] / small[1]):.2f}x)"
     )
-    if plan_pools is None:
-        print("deviceplugin.plan not importable yet: plan step not timed")
     return 0
 
 
