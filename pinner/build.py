@@ -30,7 +30,7 @@ SOURCE = PACKAGE_DIR / "native" / "cmk.c"
 HEADER = PACKAGE_DIR / "native" / "cmk_generated.h"
 DEFAULT_OUTPUT = PACKAGE_DIR / "bin" / "cmk"
 CFLAGS = ["-static", "-Os", "-s", "-std=c11", "-Wall", "-Wextra"]
-# (compiler, why): tried in order; the first that links a static binary wins
+# tried in order; the first that links a static binary wins
 COMPILERS = ("musl-gcc", "cc", "gcc")
 
 
@@ -112,10 +112,10 @@ def _try_compile(compiler: str, output: Path) -> tuple[bool, str]:
             os.unlink(tmp)
 
 
-def build(output: Path = DEFAULT_OUTPUT) -> tuple[str, str]:
+def build(output: Path = DEFAULT_OUTPUT, compilers: tuple[str, ...] = COMPILERS) -> tuple[str, str]:
     """Build the static pinner at ``output``; returns (compiler used, its warnings)."""
     failures = []
-    for compiler in COMPILERS:
+    for compiler in compilers:
         if shutil.which(compiler) is None:
             continue
         ok, messages = _try_compile(compiler, output)
