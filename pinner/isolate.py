@@ -8,8 +8,10 @@ may use those CPUs, sets the affinity, exports ``CMK_CPUS_ASSIGNED`` and
 behind: the workload keeps the pinner's PID (PID 1 in a container) and gets
 the pod's SIGTERM directly.
 
-This file imports only ``errno``, ``os`` and ``sys`` and nothing from its package, so
-``python3 -I -S .../pinner/isolate.py`` runs it alone at interpreter speed.
+This module imports only the interpreter's built-in ``errno``, ``posix`` and
+``sys`` (not ``os``: its import alone costs about 10% of a bare ``python3 -I -S``
+start) and nothing else from its package; ``pinner/cmk_isolate.py`` runs it
+under ``python3 -I -S`` at interpreter speed.
 ``pinner/native/cmk.c`` is the same program in C for images without Python;
 ``pinner/build.py`` generates its exit statuses, pool table, error texts and
 help from the constants below, and one test table checks that both give the
@@ -32,7 +34,7 @@ Exit statuses (the workload's own status once the exec succeeded):
 """
 
 import errno
-import os
+import posix
 import sys
 
 PROG = "cmk isolate"
@@ -155,7 +157,7 @@ def shown(text: str | bytes) -> str:
 
     Works on bytes so Python and C replace exactly the same characters.
     """
-    raw = os.fsencode(text) if isinstance(text, str) else text
+    raw = text.encode(sys.getfilesystemencoding(), "surrogateescape") if isinstance(text, str) else text
     return "".join(chr(b) if 0x20 <= b < 0x7F else "?" for b in raw)
 
 
@@ -347,21 +349,32 @@ def socket_read_error(cpu: int, path: str, detail: str) -> IsolateError:
     )
 
 
-def exec_command(command: str, args: list[str]) -> IsolateError:
-    """Replace this process with ``command``; on failure return the error (126/127, as shells)."""
+def getenv(environ: dict[bytes, bytes], name: str) -> str | None:
+    value = environ.get(name.encode())
+    return None if value is None else value.decode(sys.getfilesystemencoding(), "surrogateescape")
+
+
+def exec_command(command: str, args: list[str], environ: dict[bytes, bytes]) -> IsolateError:
+    """Replace this process with ``command``; on failure return the error (126/127, as shells).
+
+    Searches PATH as ``os.execvp`` does: ENOENT/ENOTDIR mean "try the next
+    directory", any other error is remembered and reported if nothing runs.
+    """
     argv = [command, *args]
     if "/" in command:
         candidates = [command]
         where = ""
     else:
-        path = os.environ.get("PATH", DEFAULT_PATH)
+        path = getenv(environ, "PATH")
+        if path is None:
+            path = DEFAULT_PATH
         candidates = [f"{d}/{command}" if d else command for d in path.split(":")]
         where = path
     first_other = 0
     last = 0
     for candidate in candidates:
         try:
-            os.execv(candidate, argv)
+            posix.execve(candidate, argv, environ)
         except OSError as err:
             last = err.errno or 0
             if last not in NOT_FOUND and not first_other:
@@ -379,21 +392,28 @@ def run(argv: list[str]) -> IsolateError | None:
     req = parse_args(argv)
     if req.help:
         return None
-    cpus = pool_cpus(req.pool, os.environb)
-    check_allowed(req.pool, cpus, os.sched_getaffinity(0))
+    environ = dict(posix.environ)
+    cpus = pool_cpus(req.pool, environ)
+    try:
+        allowed = posix.sched_getaffinity(0)
+    except OSError as err:
+        raise IsolateError(
+            f"cannot read this process's allowed CPUs: {errno_text(err.errno or 0)}", EXIT_AFFINITY
+        ) from None
+    check_allowed(req.pool, cpus, allowed)
     if req.socket_id != -1 and POOLS[req.pool][2]:
-        root = os.environ.get(ENV_SYSFS_ROOT) or DEFAULT_SYSFS_ROOT
+        root = getenv(environ, ENV_SYSFS_ROOT) or DEFAULT_SYSFS_ROOT
         cpus = on_socket(req.pool, cpus, req.socket_id, [read_package(root, cpu) for cpu in cpus])
     if not req.no_affinity:
         try:
-            os.sched_setaffinity(0, cpus)
+            posix.sched_setaffinity(0, cpus)
         except OSError as err:
             raise IsolateError(
                 f"cannot pin to CPUs {format_ranges(cpus)}: {errno_text(err.errno or 0)}", EXIT_AFFINITY
             ) from None
-    os.environ[ENV_ASSIGNED] = ",".join(map(str, cpus))
-    os.environ[ENV_ASSIGNED_MASK] = format_mask(cpus)
-    return exec_command(req.command, req.args)
+    environ[ENV_ASSIGNED.encode()] = ",".join(map(str, cpus)).encode()
+    environ[ENV_ASSIGNED_MASK.encode()] = format_mask(cpus).encode()
+    return exec_command(req.command, req.args, environ)
 
 
 def main(argv: list[str] | None = None) -> int:

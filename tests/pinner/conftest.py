@@ -1,6 +1,6 @@
 """The three ways to run ``cmk isolate``; every behaviour test runs against each.
 
-- ``python``: ``python3 -I -S pinner/isolate.py``, the fastest Python entry;
+- ``python``: ``python3 -I -S pinner/cmk_isolate.py``, the fastest Python entry;
 - ``cli``: ``python -m deviceplugin isolate``, the ``cmk`` console script's path;
 - ``native``: the static ``cmk`` executable for images without Python.
 """
@@ -19,7 +19,7 @@ import pytest
 from tests.pinner.native import ensure_native_pinner
 
 ROOT = Path(__file__).resolve().parents[2]
-ISOLATE_PY = ROOT / "pinner" / "isolate.py"
+ISOLATE_PY = ROOT / "pinner" / "cmk_isolate.py"
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 
 
