@@ -80,7 +80,7 @@ static void s_add(str *s, const char *t)
 
 static void s_addf(str *s, const char *fmt, ...)
 {
-    char buf[64];
+    char buf[128];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
