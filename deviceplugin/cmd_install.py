@@ -25,6 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--install-dir",
         type=Path,
         default=DEFAULT_INSTALL_DIR,
+        metavar="DIR",
         help=f"host directory to install the self-contained pinner into (default: {DEFAULT_INSTALL_DIR})",
     )
 
