@@ -8,6 +8,7 @@ plugin, and runs until SIGTERM/SIGINT, then removes its sockets and exits 0.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import threading
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     daemon.start()
+    # The topology, plan and device tree live as long as the process: keep the cyclic
+    # collector from re-scanning them, so its pauses stay out of Allocate's latency.
+    gc.freeze()
     try:
         stop.wait()
     finally:
