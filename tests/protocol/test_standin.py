@@ -286,7 +286,7 @@ def test_options_are_fetched_by_dialling_back_while_register_is_pending(kubelet:
 
 
 def test_dial_back_needs_a_free_worker_while_register_is_pending(make_kubelet, plugins) -> None:
-    kubelet = make_kubelet(rpc_timeout=1.0)
+    kubelet = make_kubelet(rpc_timeout=3.0)
     # The first registration's ListAndWatch stream keeps one worker busy for good.
     lonely = plugins(workers=1)
     lonely.register()
