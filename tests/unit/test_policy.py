@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from itertools import combinations
+from functools import cache
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deviceplugin.policy import STRATEGIES, numa_nodes_of, preferred_allocation
+from deviceplugin.sysfs import discover
 from deviceplugin.topology import Core, Topology, build_topology
 
 
@@ -44,8 +48,9 @@ def free_except(cores: Mapping[str, Core], *used: int) -> list[str]:
     return [device for device in cores if cores[device].first not in used]
 
 
-def nodes(answer: Sequence[str], cores: Mapping[str, Core]) -> set[int]:
-    return set(numa_nodes_of(answer, cores))
+def nodes(answer: Sequence[str], cores: Mapping[str, Core]) -> set[int | None]:
+    """The node groups an answer touches; cores in no node (None) form one group, as in the policy."""
+    return {cores[device].node for device in answer}
 
 
 def test_strategies_are_named_and_ordered():
@@ -204,16 +209,17 @@ def test_numa_nodes_of_ignores_unknown_ids():
 
 
 def fewest_nodes(cores: Mapping[str, Core], free: set[str], required: set[str], size: int) -> int:
-    """Oracle by brute force: the fewest nodes, holding every required core, with room for size."""
-    free_per_node: dict[int, int] = {}
-    for device in free:
-        free_per_node[cores[device].node] = free_per_node.get(cores[device].node, 0) + 1
+    """Oracle: the nodes of the required cores, plus as few others as cover the rest.
+
+    k other nodes hold at most the k largest free counts, so the smallest k
+    whose largest counts cover the rest is the minimum.
+    """
+    free_per_node = Counter(cores[device].node for device in free)
     mandatory = {cores[device].node for device in required}
-    for count in range(len(free_per_node) + 1):
-        for chosen in combinations(sorted(free_per_node), count):
-            if mandatory <= set(chosen) and sum(free_per_node[n] for n in chosen) >= size:
-                return count
-    raise AssertionError("not enough free cores for the oracle")
+    rest = size - sum(free_per_node[node] for node in mandatory)
+    others = sorted((n for node, n in free_per_node.items() if node not in mandatory), reverse=True)
+    covering = next(k for k in range(len(others) + 1) if sum(others[:k]) >= rest)
+    return len(mandatory) + covering
 
 
 def check_answer(cores: Mapping[str, Core], available: Sequence[str], must_include: Sequence[str],
@@ -249,3 +255,68 @@ def requests(draw):
 @settings(max_examples=400, deadline=None)
 def test_properties_on_literal_topologies(request, shuffle):
     check_answer(*request, shuffle)
+
+
+# Real machines ----------------------------------------------------------------------------------------
+
+FIXTURES = Path(os.environ.get("CMK_FIXTURES", Path(__file__).resolve().parents[2].parent / "shared/fixtures/topologies"))
+
+#: Every multi-NUMA dump, with the NUMA nodes holding online cores as the kernel lists them
+#: (hwloc-offline-cpu0-node0: node 0 lists no CPU, so its online CPUs are in no node: None).
+MULTI_NUMA = {
+    "hwloc-128arm-2pa2n8cluster4co": 4,
+    "hwloc-128ia64-17n4s2c": 16,
+    "hwloc-16amd64-8n2c": 8,
+    "hwloc-16amd64-8n2c-cpusets": 8,
+    "hwloc-16ia64-8n2s": 8,
+    "hwloc-256ia64-64n2s2c": 64,
+    "hwloc-256ppc-8n8s4t": 8,
+    "hwloc-32amd64-4s2n4c-cgroup2": 8,
+    "hwloc-32em64t-2n8c+dax+nvme+mic+dimms": 2,
+    "hwloc-32intel64-2p8co2t+8ve": 2,
+    "hwloc-40intel64-2g2n4c+pcilocality": 4,
+    "hwloc-40intel64-4n10c+pci-conflicts": 4,
+    "hwloc-48amd64-4pa2n6c-sparse": 8,
+    "hwloc-64amd64-4s2n4ca2co": 8,
+    "hwloc-8ia64-2n2s2c": 2,
+    "hwloc-96em64t-4no4pa3ca2co": 4,
+    "hwloc-fakecpuid1f-64intel64-2p4d2n2c2t": 16,
+    "hwloc-memorysidecaches": 4,
+    "hwloc-nvidiagpunumanodes": 2,
+    "hwloc-offline-cpu0-node0": 2,
+}
+
+
+@cache
+def machine(name: str) -> dict[str, Core]:
+    return devices(discover(FIXTURES / name / "sys", FIXTURES / name / "proc"))
+
+
+@pytest.mark.parametrize("name", sorted(MULTI_NUMA))
+@given(shuffle=st.randoms(use_true_random=False))
+@settings(max_examples=40, deadline=None)
+def test_properties_on_real_machines(name, shuffle):
+    cores = machine(name)
+    assert len({core.node for core in cores.values()}) == MULTI_NUMA[name]
+    available = [device for device in cores if shuffle.random() < shuffle.choice([0.3, 0.7, 1.0])]
+    must_include = shuffle.sample(available, min(len(available), shuffle.randint(0, 3)))
+    size = shuffle.randint(len(must_include), len(available) + 1)
+    check_answer(cores, available, must_include, size, shuffle)
+
+
+def test_memory_side_cache_machine_keeps_a_small_request_in_one_node_and_one_l3():
+    cores = machine("hwloc-memorysidecaches")  # 4 nodes of 10 cores; each L3 spans two nodes
+    answer = preferred_allocation(cores, list(cores), [], 3)
+    assert len(nodes(answer, cores)) == 1 and len({cores[d].l3 for d in answer}) == 1
+
+
+def test_amd_machine_best_fit_node_leaves_the_emptiest_nodes_whole():
+    cores = machine("hwloc-64amd64-4s2n4ca2co")  # 8 nodes of 4 cores
+    by_node: dict[int, list[str]] = {}
+    for device, core in sorted(cores.items(), key=lambda item: item[1].first):
+        by_node.setdefault(core.node, []).append(device)
+    available = [d for node, members in by_node.items() for d in members[: 4 if node % 2 else 2]]
+    answer = preferred_allocation(cores, available, [], 2)
+    assert answer == by_node[0][:2]  # node 0 has exactly 2 free; the 4-free odd nodes stay whole
+    wide = preferred_allocation(cores, available, [], 6)
+    assert nodes(wide, cores) == {1, 0}  # largest node first (lowest id among 4-free), then the best fit for 2
