@@ -80,7 +80,7 @@ def _next_group(spare: Spare, need: int, used: frozenset[int]) -> int:
     raise AssertionError("largest-first always answers while a group has free devices")
 
 
-def _split(spare: Mapping[int, int], need: int, used: Iterable[int]) -> dict[int, int]:
+def _split(spare: Spare, need: int, used: Iterable[int]) -> dict[int, int]:
     """How many devices to take from each group: the one greedy loop every strategy shares."""
     left, chosen, take = dict(spare), frozenset(used), {}
     while need > 0 and left:
