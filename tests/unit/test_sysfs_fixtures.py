@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +21,8 @@ import pytest
 from deviceplugin.sysfs import discover
 from deviceplugin.topology import Topology
 from pinner.cpulist import format_cpu_list, parse_cpu_list
+from tests.topologies import FIXTURES, fixture_copy
 
-FIXTURES = Path(
-    os.environ.get("CMK_FIXTURES")
-    or Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topologies"
-)
 FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []
 
 
@@ -203,16 +198,12 @@ def test_nohz_full_reading_null_means_no_cpus() -> None:
 def test_a_fixture_copy_with_isolation_written_in(tmp_path: Path) -> None:
     """The README's recipe: copy a dump, write cpu/isolated and proc/cmdline, rediscover."""
     folder = "hwloc-32intel64-2p8co2t+8ve"
-    copy = tmp_path / folder
-    shutil.copytree(FIXTURES / folder, copy)
-    for path in [copy, *copy.rglob("*")]:
-        path.chmod(path.stat().st_mode | 0o200)  # the corpus is read-only
-    (copy / "sys/devices/system/cpu/isolated").write_text("2-5,18-21\n")
-    (copy / "proc/cmdline").write_text(
-        "BOOT_IMAGE=/vmlinuz ro isolcpus=nohz,domain,managed_irq,2-7,18-23 nohz_full=6-7,22-23 quiet\n"
+    sysfs, procfs = fixture_copy(
+        folder, tmp_path, isolated="2-5,18-21",
+        cmdline="BOOT_IMAGE=/vmlinuz ro isolcpus=nohz,domain,managed_irq,2-7,18-23 nohz_full=6-7,22-23 quiet",
     )
 
-    topology = discover(copy / "sys", copy / "proc")
+    topology = discover(sysfs, procfs)
 
     assert format_cpu_list(topology.isolated) == "2-7,18-23"
     assert format_cpu_list(topology.nohz_full) == "6-7,22-23"
