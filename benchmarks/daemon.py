@@ -32,12 +32,11 @@ import psutil
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
-from deviceplugin import kubelet as standin
+from deviceplugin.kubelet import Kubelet
 from deviceplugin.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
 from deviceplugin.sysfs import discover
 
 REPO = Path(__file__).resolve().parents[1]
-Kubelet = standin.Kubelet
 SOCKETS, NODES_PER_SOCKET, CORES_PER_NODE, THREADS = 4, 2, 64, 2  # 1,024 CPUs, 8 NUMA nodes
 CALLS = 2000
 RESTARTS = 10
@@ -184,6 +183,14 @@ def main() -> int:
             figure = f"{used * 1000:.0f} ms ({used / IDLE_SECONDS * 100:.2f} %)"
             rows.append((f"CPU in {IDLE_SECONDS:.0f} s idle, {name}", figure, "~0 (no polling)",
                          float("inf") if used == 0 else 0.01 * IDLE_SECONDS / used))
+
+        # SIGTERM (a DaemonSet rollout): streams end, sockets go, exit 0.
+        start = time.perf_counter()
+        daemon.terminate()
+        status = daemon.wait(timeout=10)
+        took = time.perf_counter() - start
+        left = sorted(p.name for p in plugin_dir.iterdir() if p.name.startswith("cmk-"))
+        rows.append((f"SIGTERM -> exit {status}, sockets left: {len(left)}", f"{took * 1000:.0f} ms", "< 2 s", 2 / took))
     finally:
         for process in processes:
             process.terminate()

@@ -10,7 +10,7 @@
   is read every :data:`POLL_SECONDS` instead (one small read; logged).
 - CPUs under any other root (a dump copied into a temporary directory):
   inotify on the ``cpu`` folder (recursively) sees writes to ``cpu/online``
-  and ``cpuN/online``. Only write, create and move events are
+  and ``cpuN/online``. Only close-after-write, create and move events are
   asked for, so the daemon's own reads of sysfs files never wake it.
 """
 
@@ -28,7 +28,6 @@ from watchdog.events import (
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
-    FileModifiedEvent,
     FileMovedEvent,
     FileSystemEvent,
     FileSystemEventHandler,
@@ -93,9 +92,9 @@ class _InotifyCpuWatcher:
         handler = _Handler(lambda event: self._event(event, on_change))
         # One recursive watch: one inotify instance and one thread, whatever the CPU count
         # (a watch per cpuN folder would cost a thread and an inotify instance each).
+        # A finished write (close after write) is one event; modify events would add one per write() call.
         self._observer.schedule(handler, str(cpu_dir), recursive=True,
-                                event_filter=[FileModifiedEvent, FileClosedEvent,
-                                              FileCreatedEvent, FileMovedEvent])
+                                event_filter=[FileClosedEvent, FileCreatedEvent, FileMovedEvent])
 
     @staticmethod
     def _event(event: FileSystemEvent, on_change: Callable[[], None]) -> None:

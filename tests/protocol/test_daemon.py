@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin import kubelet as standin
-from deviceplugin import sysfs as discovery
 from deviceplugin.daemon import Daemon, DaemonSettings
+from deviceplugin.kubelet import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from deviceplugin.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
+from deviceplugin.sysfs import discover
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.fixture_copies import FIXTURES, fixture_copy, set_online
 
@@ -33,9 +33,6 @@ EXCLUSIVE, NON_ISOL = RESOURCE_NAMES[Pool.EXCLUSIVE], RESOURCE_NAMES[Pool.EXCLUS
 SHARED, INFRA = RESOURCE_NAMES[Pool.SHARED], RESOURCE_NAMES[Pool.INFRA]
 INSTALL_DIR = "/opt/cmk-test/bin"
 REPO = Path(__file__).resolve().parents[2]
-AdmissionError, ContainerSpec, Kubelet, PodSpec = (
-    standin.AdmissionError, standin.ContainerSpec, standin.Kubelet, standin.PodSpec)
-discover = discovery.discover
 
 
 def isolate_all_but_first_core(sysfs: Path, procfs: Path) -> str:
