@@ -49,11 +49,11 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    daemon.start()
-    # The topology, plan and device tree live as long as the process: keep the cyclic
-    # collector from re-scanning them, so its pauses stay out of Allocate's latency.
-    gc.freeze()
     try:
+        daemon.start()
+        # The topology, plan and device tree live as long as the process: keep the cyclic
+        # collector from re-scanning them, so its pauses stay out of Allocate's latency.
+        gc.freeze()
         stop.wait()
     finally:
         daemon.stop()

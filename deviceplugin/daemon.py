@@ -92,7 +92,10 @@ class Daemon:
     # --- life cycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        self.settings.kubelet_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.settings.kubelet_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CmkError(f"cannot use --kubelet-dir {self.settings.kubelet_dir}: {err.strerror}") from None
         for note in self.plan.notes:
             log.info("plan: %s", note)
         self._serve()
@@ -114,8 +117,10 @@ class Daemon:
             self._thread.join()
         for watcher in self._watchers:
             watcher.stop()
+        served = len(self._servers)
         self._stop_serving()
-        log.info("stopped: sockets removed")
+        if served:
+            log.info("stopped serving %d pools; sockets removed", served)
 
     @property
     def servers(self) -> dict[str, PoolServer]:

@@ -25,6 +25,7 @@ from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.answers import ContainerAnswer, DeviceRequestError, allocate_answer
 from deviceplugin.devices import PoolDevices
+from deviceplugin.errors import CmkError
 from deviceplugin.topology import Core
 
 log = logging.getLogger(__name__)
@@ -90,13 +91,21 @@ class PoolServer(pb_grpc.DevicePluginServicer):
 
     def start(self) -> None:
         """Listen on the socket (replacing a stale one) before anyone registers it."""
-        if self.socket_path.exists() or self.socket_path.is_symlink():
-            self.socket_path.unlink()
+        problem = f"cannot listen on {self.socket_path}: check that --kubelet-dir is a writable directory"
+        try:
+            if self.socket_path.exists() or self.socket_path.is_symlink():
+                self.socket_path.unlink()
+        except OSError as err:
+            raise CmkError(f"{problem} ({err.strerror})") from None
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS,
                                                         thread_name_prefix=f"cmk-{self._devices.pool}"))
         pb_grpc.add_DevicePluginServicer_to_server(self, server)
-        if server.add_insecure_port(f"unix:{self.socket_path}") == 0:
-            raise OSError(f"cannot listen on {self.socket_path}")
+        try:
+            bound = server.add_insecure_port(f"unix:{self.socket_path}")
+        except RuntimeError:  # newer grpc raises instead of returning 0
+            bound = 0
+        if not bound:
+            raise CmkError(problem)
         server.start()
         self._server = server
         self.socket_inode = os.stat(self.socket_path).st_ino

@@ -399,3 +399,13 @@ def test_bad_plan_or_config_is_one_line_and_serves_nothing(kubelet, plugin_dir, 
     assert process.returncode != 0
     assert stderr.count("\n") == 1 and stderr.startswith("cmk device-plugin: error: ") and message in stderr
     assert our_sockets(plugin_dir) == [] and kubelet.registrations() == []
+
+
+def test_an_unusable_kubelet_dir_is_one_line_not_a_traceback(tmp_path):
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    process = daemon_process(not_a_dir, sysfs, procfs)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode != 0
+    assert stderr.startswith("cmk device-plugin: error: cannot use --kubelet-dir") and stderr.count("\n") == 1
