@@ -326,9 +326,11 @@ def test_a_shared_cpu_offline_makes_every_shared_slot_unhealthy(kubelet, start_d
 # --- the process: SIGTERM, bad input, no kubelet ----------------------------------------------
 
 def daemon_process(plugin_dir: Path, sysfs: Path, procfs: Path, *flags: str) -> subprocess.Popen[str]:
+    """The daemon as a process; its NFD file goes to ``plugin_dir/features.d``, never the host's."""
     return subprocess.Popen(
         [sys.executable, "-m", "deviceplugin", "device-plugin", "--kubelet-dir", str(plugin_dir),
-         "--sysfs-root", str(sysfs), "--procfs-root", str(procfs), *flags],
+         "--sysfs-root", str(sysfs), "--procfs-root", str(procfs),
+         "--nfd-features-dir", str(plugin_dir / "features.d"), *flags],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
