@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     tree = device_tree(plan, topology.online)
     socket = str(args.pod_resources_socket)
     try:
-        data["live"] = live_data(tree, read_assignments(args.pod_resources_socket, resources=tree), socket)
+        assignments = read_assignments(args.pod_resources_socket, resources=tree)
+        data["live"] = live_data(tree, assignments, socket, topology.offline)
     except Unavailable as err:
         data["live"] = unavailable(socket, str(err))
     if args.output == "json":

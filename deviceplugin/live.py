@@ -5,10 +5,17 @@ Device IDs are mapped back to CPUs through the daemon's own device model
 flags), never by parsing IDs, so slot devices (``shared-004``) resolve to
 their pool's CPUs exactly as Allocate answered.
 
-A device is unhealthy when one of its CPUs is offline (the topology, as the
-daemon sees it) or when the kubelet does not count it allocatable
+A device is unhealthy when one of its CPUs is offline in the topology the
+tree was built from, or when the kubelet does not count it allocatable
 (``GetAllocatableResources``; a pool whose plugin is not registered has no
 allocatable devices at all). Free = healthy and held by no container.
+
+The daemon plans once, at its start; ``cmk describe`` plans from the CPUs
+online now. While a CPU that was online at the daemon's start is offline,
+the kernel hides its place in the topology, so describe names its core by
+the threads still online (``cpus-12`` for the daemon's ``cpus-12-13``): the
+kubelet's ID then shows up as held-but-unknown, describe's as not
+allocatable, and a note names the offline CPUs.
 """
 
 from __future__ import annotations
@@ -80,13 +87,21 @@ def pool_live(devices: PoolDevices, assignments: Assignments) -> dict[str, Any]:
     }
 
 
-def live_data(tree: DeviceTree, assignments: Assignments, socket: str) -> dict[str, Any]:
+def live_data(tree: DeviceTree, assignments: Assignments, socket: str,
+              offline: frozenset[int] = frozenset()) -> dict[str, Any]:
     """The ``live`` section of ``cmk describe -o json``: one entry per served pool."""
+    notes = []
+    if offline:
+        notes.append(f"CPUs {format_cpu_list(offline)} are offline: if they went offline after the daemon "
+                     "started, the daemon names their cores by all their threads and describe by the online ones")
+    if assignments.allocatable is None:
+        notes.append("the kubelet does not serve GetAllocatableResources: health is the topology's only")
     return {
         "available": True,
         "socket": socket,
         "kubelet_allocatable_known": assignments.allocatable is not None,
         "pools": [pool_live(devices, assignments) for devices in tree.values()],
+        "notes": notes,
     }
 
 
@@ -133,6 +148,5 @@ def render_live(live: Mapping[str, Any]) -> list[str]:
         if pool["unknown_devices"]:
             lines.append(f"  held but not in this plan ({pool['pool']}): {' '.join(pool['unknown_devices'])}"
                          " -- run describe with the daemon's flags or --config")
-    if not live["kubelet_allocatable_known"]:
-        lines.append("note: the kubelet does not serve GetAllocatableResources; health is the topology's only")
+    lines += [f"note: {note}" for note in live["notes"]]
     return lines
