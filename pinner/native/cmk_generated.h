@@ -44,6 +44,9 @@
     X(ENOMEM, "out of memory") \
     X(EINVAL, "invalid argument") \
     X(EIO, "input/output error") \
+    X(EBUSY, "device or resource busy") \
+    X(ESRCH, "no such process") \
+    X(EROFS, "read-only file system") \
 
 static const char HELP[] =
     "usage: cmk isolate [--socket-id=N] --pool=POOL [--no-affinity] [--namespace=NS] COMMAND [-- ARGS...]\n"
