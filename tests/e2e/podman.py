@@ -32,6 +32,11 @@ def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*PODMAN, *args], capture_output=True, text=True, timeout=120, check=check)
 
 
+def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``podman run`` with this VM's runtime flags."""
+    return subprocess.run([*RUN, *args], capture_output=True, text=True, timeout=120, check=check)
+
+
 def env_flags(env: Mapping[str, str]) -> list[str]:
     return [flag for name, value in env.items() for flag in ("-e", f"{name}={value}")]
 
