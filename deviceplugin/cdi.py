@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from deviceplugin.cmd_install import INSTALLED_NAME
 from deviceplugin.errors import CmkError
 from pinner import hook
 
@@ -54,6 +55,11 @@ HOOK_STAGE = "createRuntime"
 def device_name(device: str) -> str:
     """The fully qualified name an Allocate answer returns: ``cmk.intel.com/cpus=exclusive``."""
     return f"{KIND}={device}"
+
+
+def hook_path(install_dir: str) -> str:
+    """The host path of the binary ``cmk install --install-dir`` put there: the hook the runtime runs."""
+    return f"{install_dir.rstrip('/')}/{INSTALLED_NAME}"
 
 
 def build_spec(devices: Iterable[str], hook_path: str) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from deviceplugin import cdi
+from deviceplugin.commands import build_parser
+from deviceplugin.config import apply_config, load_config
 from deviceplugin.errors import CmkError
 
 HOOK = "/opt/bin/cmk"
@@ -80,3 +82,11 @@ def test_an_unwritable_cdi_dir_is_one_line_naming_the_fixes(tmp_path: Path) -> N
         f"cannot write the CDI spec into {tmp_path}/file/cdi: Not a directory: mount the runtime's CDI directory "
         "writable and name it with --cdi-dir, or run with --no-cdi"
     )
+
+
+def test_cdi_flags_come_from_the_config_file_too(tmp_path: Path):
+    (tmp_path / "cmk.yaml").write_text("cdi: false\ncdi-dir: /etc/cdi\n")
+    args = apply_config(build_parser().parse_args(["device-plugin"]), load_config(tmp_path / "cmk.yaml"))
+    assert (args.cdi, args.cdi_dir) == (False, Path("/etc/cdi"))
+    defaults = apply_config(build_parser().parse_args(["device-plugin"]), {})
+    assert (defaults.cdi, defaults.cdi_dir) == (True, Path("/var/run/cdi"))
