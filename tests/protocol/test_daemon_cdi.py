@@ -14,7 +14,6 @@ from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.kubelet import ContainerSpec, PodSpec
 from deviceplugin.plan import PlanOptions
 from pinner import hook
-from tests.fixture_copies import fixture_copy
 from tests.protocol.test_daemon import (
     EXCLUSIVE,
     INFRA,
@@ -24,6 +23,7 @@ from tests.protocol.test_daemon import (
     our_sockets,
     wait_registered,
 )
+from tests.topologies import fixture_copy
 
 SPEC_NAME = "cmk.intel.com-cpus.json"
 
