@@ -19,7 +19,7 @@ RUN /opt/cmk/bin/pip install --no-cache-dir --disable-pip-version-check -q /src 
  && pinner="$(cd / && /opt/cmk/bin/python -c 'from pinner.build import DEFAULT_OUTPUT; print(DEFAULT_OUTPUT)')" \
  && if [ ! -x "$pinner" ]; then cd /src && /opt/cmk/bin/python -m pinner.build --output "$pinner"; fi \
  && "$pinner" isolate --help >/dev/null \
- && /opt/cmk/bin/pip uninstall -q -y pip setuptools wheel \
+ && /opt/cmk/bin/pip uninstall -q -y pip setuptools \
  && /opt/cmk/bin/python -m compileall -q /opt/cmk/lib >/dev/null
 
 FROM ${BASE_IMAGE}
