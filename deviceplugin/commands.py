@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "host-config": ("deviceplugin.cmd_host_config",
                     "print the kernel, kubelet and systemd settings the node needs for the pools"),
     "probe": ("deviceplugin.cmd_probe", "exit 0 when every planned pool answers on its device-plugin socket"),
+    "install": ("deviceplugin.cmd_install", "install the self-contained pinner into the host's install directory"),
 }
 
 

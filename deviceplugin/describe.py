@@ -59,7 +59,7 @@ def describe_data(topology: Topology, plan: PoolPlan) -> dict[str, Any]:
             "sst_cp": plan.sst_cp,
         },
         "plan": {
-            "source": "isolcpus" if plan.isolated_mode else "all cores (no isolcpus)",
+            "source": "isolcpus" if plan.isolated_mode else "all cores, none isolated",
             "pools": pools,
             "partially_isolated_cores": _core_list(plan.partially_isolated),
             "unused_isolated_cores": _core_list(plan.unused_isolated),
@@ -94,13 +94,14 @@ def render_table(data: dict[str, Any]) -> str:
     ]
     lines = ["Topology"] + ["  " + line for line in _table(facts)]
     plan = data["plan"]
-    lines += ["", f"Pool plan (from {plan['source']}; cores shown as {{threads}})"]
+    lines += ["", f"Pool plan (carved from {plan['source']}; cores shown as {{threads}})"]
     rows = [["POOL", "RESOURCE", "ADVERTISED", "NUMA", "CPUS"]]
     for pool in plan["pools"]:
         if not pool["advertised"]:
             rows.append([pool["pool"], pool["resource"], "0", "-", "(not advertised: no CPUs)"])
             continue
-        count = f"{pool['advertised']} {pool['unit']}"
+        unit = pool["unit"] if pool["advertised"] > 1 else pool["unit"].rstrip("s")
+        count = f"{pool['advertised']} {unit}"
         for i, (node, members) in enumerate(pool["numa_nodes"].items()):
             # infra is "the rest": its CPUs matter, not how they pair into cores
             shown = members["cpus"] if pool["pool"] == str(Pool.INFRA) else _braced(members["cores"])

@@ -38,6 +38,7 @@ class Cpu:
     l3: frozenset[int] | None = None
     base_frequency: int | None = None  # kHz, SST-BF
     energy_performance_preference: str | None = None  # SST-CP
+    cluster: int | None = None  # cluster_id: cores sharing an L2/L3 tag slice (arm64, E-core modules)
 
 
 @dataclass(frozen=True)

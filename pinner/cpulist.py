@@ -99,8 +99,12 @@ def format_cpu_csv(cpus: Iterable[int]) -> str:
 
 
 def format_cpu_mask(cpus: Iterable[int]) -> str:
-    """Format CPUs as a hex mask with ``0x`` prefix (CMK's ``CMK_CPUS_ASSIGNED_MASK``)."""
+    """Format CPUs as CMK wrote ``CMK_CPUS_ASSIGNED_MASK``: upper-case hex, no ``0x`` (0,1,4 -> ``13``).
+
+    CMK's ``convert_array2bitmask`` was ``hex(mask)[2:].upper()``; workloads
+    that parse the variable expect exactly that.
+    """
     value = 0
     for cpu in cpus:
         value |= 1 << cpu
-    return hex(value)
+    return f"{value:X}"

@@ -70,7 +70,7 @@ def test_format_collapses_runs():
     assert format_cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11"
     assert format_cpu_list([]) == ""
     assert format_cpu_csv({9, 1, 8, 0}) == "0,1,8,9"
-    assert format_cpu_mask({0, 1, 8}) == "0x103"
+    assert format_cpu_mask({0, 1, 8}) == "103"  # CMK: hex(mask)[2:].upper()
 
 
 @given(cpu_sets)

@@ -1,0 +1,148 @@
+"""The seed's pod command line in a container with no Python and no libc, under podman + runc.
+
+The image holds only Debian's static busybox. ``cmk install`` fills a host
+directory that is mounted read-only at ``/opt/bin``, the env is what an
+Allocate answer gives, the container is not privileged and has no host
+``/proc``; the CPUs are read from the host's ``/proc/PID/status`` of the
+container's process.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.pinner.native import PT_INTERP, ensure_native_pinner, program_header_types
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static
+PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
+RUN = [*PODMAN, "run", "--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+SEED_COMMAND = ["/opt/bin/cmk", "isolate", "--pool=exclusive", "--namespace=cmk-namespace", "sleep", "--", "inf"]
+ALLOCATE_ENV = {"CMK_CPUS_EXCLUSIVE": "1", "CMK_CPUS_SHARED": "0", "CMK_CPUS_INFRA": "0"}
+
+
+def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PODMAN, *args], capture_output=True, text=True, timeout=120, check=check)
+
+
+def env_flags(env: dict[str, str]) -> list[str]:
+    return [flag for name, value in env.items() for flag in ("-e", f"{name}={value}")]
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A local image whose whole filesystem is static busybox and four links to it."""
+    for tool in ("podman", "runc"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is not installed (apt-get install podman runc)")
+    if not BUSYBOX.is_file() or PT_INTERP in program_header_types(BUSYBOX):
+        pytest.fail(f"{BUSYBOX} is not a static busybox (apt-get install busybox-static)")
+    work = tmp_path_factory.mktemp("busybox-image")
+    rootfs = work / "rootfs"
+    for directory in ("bin", "opt/bin", "proc", "sys", "dev", "tmp"):
+        (rootfs / directory).mkdir(parents=True)
+    shutil.copy2(BUSYBOX, rootfs / "bin" / "busybox")
+    for name in ("sh", "sleep", "cat", "true"):
+        (rootfs / "bin" / name).symlink_to("busybox")
+    tarball = work / "rootfs.tar"
+    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
+    name = f"localhost/cmk-pinner-e2e-{uuid.uuid4().hex[:10]}:latest"
+    podman("import", str(tarball), name)
+    try:
+        yield name
+    finally:
+        podman("rmi", "-f", name, check=False)
+
+
+@pytest.fixture(scope="module")
+def install_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The host's install directory, filled by the real ``cmk install``."""
+    ensure_native_pinner()
+    target = tmp_path_factory.mktemp("opt-bin")
+    result = subprocess.run(
+        [sys.executable, "-m", "deviceplugin", "install", "--install-dir", str(target)],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return target
+
+
+@pytest.fixture
+def container_name() -> Iterator[str]:
+    name = f"cmk-pinner-e2e-{uuid.uuid4().hex[:10]}"
+    try:
+        yield name
+    finally:
+        podman("rm", "-f", "-t", "0", name, check=False)
+
+
+def mount(install_dir: Path) -> list[str]:
+    return ["-v", f"{install_dir}:/opt/bin:ro"]
+
+
+def test_seed_command_line_pins_the_container_process(image: str, install_dir: Path, container_name: str) -> None:
+    started = subprocess.run(
+        [*RUN, "-d", "--name", container_name, *mount(install_dir), *env_flags(ALLOCATE_ENV), image, *SEED_COMMAND],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    pid = int(podman("inspect", "--format", "{{.State.Pid}}", container_name).stdout)
+    assert pid > 0
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    assert status["Cpus_allowed_list"] == "1"
+    assert status["Name"] == "sleep"  # the pinner exec'd in place: the container's process is the workload
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        environ = f.read().split(b"\0")
+    assert b"CMK_CPUS_ASSIGNED=1" in environ and b"CMK_CPUS_ASSIGNED_MASK=2" in environ
+    pid_one = podman("exec", container_name, "cat", "/proc/1/cmdline").stdout
+    assert pid_one == "sleep\0inf\0"
+    inspect = podman("inspect", "--format", "{{.HostConfig.Privileged}}", container_name).stdout.strip()
+    assert inspect == "false"
+
+
+def test_pod_deletion_sigterm_reaches_the_workload_as_pid_1(
+    image: str, install_dir: Path, container_name: str
+) -> None:
+    script = 'trap "exit 42" TERM; echo ready; while :; do sleep 1; done'
+    started = subprocess.run(
+        [*RUN, "-d", "--name", container_name, *mount(install_dir), *env_flags(ALLOCATE_ENV), image,
+         "/opt/bin/cmk", "isolate", "--pool=shared", "sh", "--", "-c", script],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    for _ in range(500):  # a bounded wait for the trap to be set
+        if "ready" in podman("logs", container_name).stdout:
+            break
+    podman("stop", "-t", "30", container_name)
+    assert podman("inspect", "--format", "{{.State.ExitCode}}", container_name).stdout.strip() == "42"
+
+
+def test_missing_allocation_fails_with_one_line_in_the_container(image: str, install_dir: Path) -> None:
+    result = subprocess.run(
+        [*RUN, "--rm", *mount(install_dir), image, *SEED_COMMAND],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 4
+    assert result.stderr == (
+        "cmk isolate: error: this container holds no exclusive CPUs (CMK_CPUS_EXCLUSIVE is not set): "
+        "request cmk.intel.com/exclusive-cores in resources.limits\n"
+    )
+
+
+def test_image_has_no_python_and_no_libc(image: str) -> None:
+    result = subprocess.run(
+        [*RUN, "--rm", image, "sh", "-c", "ls /usr/bin/python3 /lib/*/libc.so.6 /lib/ld-musl-* 2>&1; echo end"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("No such file or directory") == 3 and result.stdout.endswith("end\n")

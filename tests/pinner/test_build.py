@@ -1,0 +1,44 @@
+"""The self-contained pinner builds warning-free into a static executable, with musl or glibc."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pinner import build, isolate
+from tests.pinner.native import PT_INTERP, program_header_types
+
+
+def test_generated_header_matches_isolate_py() -> None:
+    assert build.HEADER.read_text() == build.generate_header(), "run: python -m pinner.build --write-header"
+
+
+@pytest.mark.parametrize("compiler", ["musl-gcc", "cc"])
+def test_builds_static_and_warning_free(compiler: str, tmp_path: Path) -> None:
+    if shutil.which(compiler) is None:
+        pytest.fail(f"{compiler} is not installed (apt-get install musl-tools / gcc)")
+    output = tmp_path / "cmk"
+    used, warnings = build.build(output, compilers=(compiler,))
+    assert (used, warnings) == (compiler, "")
+    assert PT_INTERP not in program_header_types(output)
+    result = subprocess.run([str(output), "isolate", "--help"], env={}, capture_output=True, text=True, check=False)
+    assert (result.returncode, result.stdout) == (0, isolate.HELP)
+
+
+def test_no_compiler_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(build.BuildError, match="no C compiler found: install musl-tools"):
+        build.build(tmp_path / "cmk", compilers=("no-such-cc",))
+    assert not (tmp_path / "cmk").exists()
+
+
+def test_native_top_level_names_its_only_command(native_cmk: Path) -> None:
+    none = subprocess.run([str(native_cmk)], capture_output=True, text=True, check=False)
+    other = subprocess.run([str(native_cmk), "describe"], capture_output=True, text=True, check=False)
+    assert (none.returncode, none.stderr) == (
+        2, "cmk: error: missing COMMAND: this self-contained cmk runs 'cmk isolate' (see 'cmk isolate --help')\n")
+    assert (other.returncode, other.stderr) == (
+        2, ("cmk: error: unknown command 'describe': this self-contained cmk runs only 'cmk isolate'; "
+        "the other commands come with the cmk-deviceplugin package\n"))

@@ -1,0 +1,95 @@
+"""The pinner becomes the workload: same PID, the affinity the kernel reports, signals arrive directly.
+
+The affinity is read back from outside, as a monitor would: ``/proc/PID/status``
+and ``os.sched_getaffinity(PID)`` of the PID the test itself started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+from tests.pinner.conftest import Pinner
+
+WAIT_FOR_SIGNAL = 'trap "exit 42" TERM; echo ready; while :; do sleep 0.05; done'
+
+
+def status_field(pid: int, name: str) -> str:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key == name:
+                return value.strip()
+    raise AssertionError(f"/proc/{pid}/status has no {name}")
+
+
+def environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        entries = f.read().split(b"\0")
+    return dict(e.decode().partition("=")[::2] for e in entries if e)
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)
+    if proc.stdout:
+        proc.stdout.close()
+
+
+def test_workload_keeps_the_pid_and_is_pinned(pinner: Pinner) -> None:
+    proc = pinner.popen(["--pool=exclusive", "sh", "--", "-c", WAIT_FOR_SIGNAL], {"CMK_CPUS_EXCLUSIVE": "1"})
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        assert os.readlink(f"/proc/{proc.pid}/exe") == os.path.realpath(shutil.which("sh") or "sh")
+        assert os.sched_getaffinity(proc.pid) == {1}
+        assert status_field(proc.pid, "Cpus_allowed_list") == "1"
+        env = environ(proc.pid)
+        assert (env["CMK_CPUS_ASSIGNED"], env["CMK_CPUS_ASSIGNED_MASK"]) == ("1", "2")
+    finally:
+        stop(proc)
+
+
+def test_sigterm_reaches_the_workload(pinner: Pinner) -> None:
+    proc = pinner.popen(["--pool=shared", "--", "sh", "-c", WAIT_FOR_SIGNAL], {"CMK_CPUS_SHARED": "0,1"})
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 42  # the workload's TERM handler ran in the PID we signalled
+    finally:
+        stop(proc)
+
+
+def test_unmodified_program_dies_of_sigterm_itself(pinner: Pinner) -> None:
+    proc = pinner.popen(["--pool=exclusive", "sh", "--", "-c", "echo ready; exec sleep 60"], {"CMK_CPUS_EXCLUSIVE": "0"})
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        sleep = os.path.realpath(shutil.which("sleep") or "sleep")
+        for _ in range(1000):  # until the shell has exec'd sleep (a bounded wait)
+            if os.readlink(f"/proc/{proc.pid}/exe") == sleep:
+                break
+            time.sleep(0.01)
+        assert os.readlink(f"/proc/{proc.pid}/exe") == sleep
+        assert os.sched_getaffinity(proc.pid) == {0}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        stop(proc)
+
+
+def test_no_affinity_leaves_the_affinity_alone(pinner: Pinner) -> None:
+    proc = pinner.popen(["--pool=exclusive", "--no-affinity", "sh", "--", "-c", WAIT_FOR_SIGNAL],
+                        {"CMK_CPUS_EXCLUSIVE": "1"})
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        assert os.sched_getaffinity(proc.pid) == os.sched_getaffinity(0)
+        assert environ(proc.pid)["CMK_CPUS_ASSIGNED"] == "1"
+    finally:
+        stop(proc)

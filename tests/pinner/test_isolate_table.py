@@ -1,0 +1,191 @@
+"""One table of command lines, env and expected results, run against every pinner.
+
+Each case runs the pinner as a real process on this machine's CPUs (0 and 1).
+Successful cases run a shell that prints what the kernel reports for itself
+(``Cpus_allowed_list``) and the exported variables; error cases check the exact
+one-line message and exit status, identical for the Python and the C pinner.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pinner.isolate import HELP
+from tests.pinner.conftest import Pinner, allowed_here, topology
+
+TOPOLOGY_4S = topology("hwloc-16em64t-4s2c2t") / "sys"  # cpu0 is on socket 0, cpu1 on socket 1
+SCRIPT = 'grep ^Cpus_allowed_list: /proc/self/status; echo "A=$CMK_CPUS_ASSIGNED M=$CMK_CPUS_ASSIGNED_MASK"'
+E = "cmk isolate: error: "
+SEE_HELP = " (see 'cmk isolate --help')"
+AFTER = " (the command's arguments go after '--')"
+HINT = " (expected ascending CPU numbers separated by commas, e.g. 2,3,10)"
+NO_SYSFS = " (--socket-id needs sysfs; use --socket-id=-1 for any socket)"
+
+
+def shows(cpus: str, assigned: str, mask: str) -> str:
+    return f"Cpus_allowed_list:\t{cpus}\nA={assigned} M={mask}\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    args: list[str]
+    status: int
+    stderr: str = ""  # the exact stderr; "{tmp}" and "{allowed}" are filled in
+    stdout: str | None = None  # exact stdout, when it matters
+    env: dict[str, str] = field(default_factory=dict)
+
+
+CASES = [
+    # --- pinning, each pool, both command-line forms ---
+    Case("exclusive-cmk-form", ["--pool=exclusive", "--namespace=cmk-namespace", "sh", "--", "-c", SCRIPT], 0,
+         stdout=shows("1", "1", "2"), env={"CMK_CPUS_EXCLUSIVE": "1"}),
+    Case("exclusive-non-isolcpus-plain-form", ["--pool", "exclusive-non-isolcpus", "--", "sh", "-c", SCRIPT], 0,
+         stdout=shows("0", "0", "1"), env={"CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS": "0"}),
+    Case("shared", ["--pool=shared", "sh", "--", "-c", SCRIPT], 0,
+         stdout=shows("0-1", "0,1", "3"), env={"CMK_CPUS_SHARED": "0,1"}),
+    Case("infra-range-syntax", ["--pool=infra", "--", "sh", "-c", SCRIPT], 0,
+         stdout=shows("0-1", "0,1", "3"), env={"CMK_CPUS_INFRA": "0-1"}),
+    Case("unordered-duplicates", ["--pool=shared", "--", "sh", "-c", SCRIPT], 0,
+         stdout=shows("0-1", "0,1", "3"), env={"CMK_CPUS_SHARED": "1,0,1"}),
+    Case("other-pools-ignored", ["--pool=exclusive", "--", "sh", "-c", SCRIPT], 0,
+         stdout=shows("1", "1", "2"), env={"CMK_CPUS_EXCLUSIVE": "1", "CMK_CPUS_SHARED": "x", "CMK_CPUS_INFRA": ""}),
+    Case("no-affinity-pins-nothing", ["--pool=exclusive", "--no-affinity", "sh", "--", "-c", SCRIPT], 0,
+         stdout=shows("{allowed}", "1", "2"), env={"CMK_CPUS_EXCLUSIVE": "1"}),
+    Case("option-between-command-and-dashes", ["--pool=exclusive", "sh", "--no-affinity", "--", "-c", SCRIPT], 0,
+         stdout=shows("{allowed}", "1", "2"), env={"CMK_CPUS_EXCLUSIVE": "1"}),
+    Case("workload-exit-status-is-returned", ["--pool=shared", "sh", "--", "-c", "exit 7"], 7,
+         env={"CMK_CPUS_SHARED": "0"}),
+    Case("args-after-dashes-untouched", ["--pool=shared", "sh", "--", "-c", 'echo "$@"', "x", "--pool=y", "--"], 0,
+         stdout="--pool=y --\n", env={"CMK_CPUS_SHARED": "0"}),
+    # --- --socket-id: the pool's CPUs on that package, from sysfs ---
+    Case("socket-1-of-two", ["--socket-id=1", "--pool=shared", "sh", "--", "-c", SCRIPT], 0,
+         stdout=shows("1", "1", "2"), env={"CMK_CPUS_SHARED": "0,1", "CMK_SYSFS_ROOT": str(TOPOLOGY_4S)}),
+    Case("socket-0-of-two", ["--socket-id", "0", "--pool=exclusive", "--", "sh", "-c", SCRIPT], 0,
+         stdout=shows("0", "0", "1"), env={"CMK_CPUS_EXCLUSIVE": "0-1", "CMK_SYSFS_ROOT": str(TOPOLOGY_4S)}),
+    Case("socket-any", ["--socket-id=-1", "--pool=shared", "sh", "--", "-c", SCRIPT], 0,
+         stdout=shows("0-1", "0,1", "3"), env={"CMK_CPUS_SHARED": "0,1", "CMK_SYSFS_ROOT": "/nonexistent"}),
+    Case("socket-ignored-for-infra", ["--socket-id=1", "--pool=infra", "sh", "--", "-c", SCRIPT], 0,
+         stdout=shows("0-1", "0,1", "3"), env={"CMK_CPUS_INFRA": "0,1", "CMK_SYSFS_ROOT": "/nonexistent"}),
+    Case("socket-none-there", ["--socket-id=1", "--pool=shared", "true"], 7,
+         E + "none of the shared pool's CPUs (0) is on socket 1 (they are on socket 0): "
+         "use one of those with --socket-id, or -1 for any",
+         env={"CMK_CPUS_SHARED": "0", "CMK_SYSFS_ROOT": str(TOPOLOGY_4S)}),
+    Case("socket-sysfs-missing", ["--socket-id=0", "--pool=shared", "true"], 7,
+         E + "cannot read the socket of CPU 0 from /nonexistent/devices/system/cpu/cpu0/topology/"
+         "physical_package_id: no such file or directory" + NO_SYSFS,
+         env={"CMK_CPUS_SHARED": "0", "CMK_SYSFS_ROOT": "/nonexistent"}),
+    Case("socket-sysfs-garbage", ["--socket-id=0", "--pool=shared", "true"], 7,
+         E + "cannot read the socket of CPU 0 from {tmp}/sys/devices/system/cpu/cpu0/topology/"
+         "physical_package_id: 'x?y' is not a number" + NO_SYSFS,
+         env={"CMK_CPUS_SHARED": "0", "CMK_SYSFS_ROOT": "{tmp}/sys"}),
+    # --- usage errors: status 2 ---
+    Case("help", ["--help"], 0, stdout=HELP),
+    Case("help-wins", ["--pool=gold", "-h", "x"], 0, stdout=HELP),
+    Case("missing-pool", ["true"], 2,
+         E + "missing --pool=POOL (one of: exclusive, exclusive-non-isolcpus, shared, infra)" + SEE_HELP),
+    Case("missing-command", ["--pool=shared"], 2, E + "missing COMMAND to run" + SEE_HELP),
+    Case("missing-command-after-dashes", ["--pool=shared", "--"], 2, E + "missing COMMAND to run" + SEE_HELP),
+    Case("empty-command", ["--pool=shared", "--", ""], 2, E + "missing COMMAND to run" + SEE_HELP),
+    Case("unknown-option", ["--cpus=3", "--pool=shared", "true"], 2, E + "unknown option '--cpus'" + SEE_HELP),
+    Case("unknown-short-option-after-command", ["--pool=shared", "ls", "-l"], 2,
+         E + "unknown option '-l'" + AFTER + SEE_HELP),
+    Case("argument-without-dashes", ["--pool=shared", "sleep", "inf"], 2,
+         E + "unexpected argument 'inf' after COMMAND 'sleep'" + AFTER + SEE_HELP),
+    Case("option-needs-value", ["--pool"], 2, E + "option --pool needs a value" + SEE_HELP),
+    Case("flag-takes-no-value", ["--no-affinity=yes", "--pool=shared", "true"], 2,
+         E + "option --no-affinity takes no value" + SEE_HELP),
+    Case("socket-id-not-a-number", ["--socket-id=one", "--pool=shared", "true"], 2,
+         E + "--socket-id must be a socket number or -1 for any socket, not 'one'" + SEE_HELP),
+    Case("socket-id-below-minus-one", ["--socket-id=-2", "--pool=shared", "true"], 2,
+         E + "--socket-id must be a socket number or -1 for any socket, not '-2'" + SEE_HELP),
+    # --- the pool and its CPUs ---
+    Case("unknown-pool", ["--pool=gold", "true"], 3,
+         E + "unknown pool 'gold': choose one of exclusive, exclusive-non-isolcpus, shared, infra"),
+    Case("no-exclusive-cpus", ["--pool=exclusive", "--namespace=cmk-namespace", "sleep", "--", "inf"], 4,
+         E + "this container holds no exclusive CPUs (CMK_CPUS_EXCLUSIVE is not set): "
+         "request cmk.intel.com/exclusive-cores in resources.limits"),
+    Case("empty-shared-cpus", ["--pool=shared", "true"], 4,
+         E + "this container holds no shared CPUs (CMK_CPUS_SHARED is empty): "
+         "request cmk.intel.com/shared in resources.limits", env={"CMK_CPUS_SHARED": ""}),
+    Case("no-non-isolcpus-cpus", ["--pool=exclusive-non-isolcpus", "true"], 4,
+         E + "this container holds no exclusive-non-isolcpus CPUs (CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS is not set): "
+         "request cmk.intel.com/exclusive-non-isolcpus-cores in resources.limits"),
+    Case("malformed-word", ["--pool=shared", "true"], 5,
+         E + "CMK_CPUS_SHARED='1,x' is not a cpu list: 'x' is not a CPU number" + HINT, env={"CMK_CPUS_SHARED": "1,x"}),
+    Case("malformed-empty-entry", ["--pool=infra", "true"], 5,
+         E + "CMK_CPUS_INFRA='0,,1' is not a cpu list: empty entry between commas" + HINT,
+         env={"CMK_CPUS_INFRA": "0,,1"}),
+    Case("malformed-trailing-comma", ["--pool=infra", "true"], 5,
+         E + "CMK_CPUS_INFRA='0,' is not a cpu list: empty entry between commas" + HINT,
+         env={"CMK_CPUS_INFRA": "0,"}),
+    Case("malformed-backwards", ["--pool=exclusive", "true"], 5,
+         E + "CMK_CPUS_EXCLUSIVE='1-0' is not a cpu list: range '1-0' runs backwards" + HINT,
+         env={"CMK_CPUS_EXCLUSIVE": "1-0"}),
+    Case("malformed-open-range", ["--pool=exclusive", "true"], 5,
+         E + "CMK_CPUS_EXCLUSIVE='1-' is not a cpu list: '' is not a CPU number" + HINT,
+         env={"CMK_CPUS_EXCLUSIVE": "1-"}),
+    Case("malformed-out-of-range", ["--pool=exclusive", "true"], 5,
+         E + "CMK_CPUS_EXCLUSIVE='9000' is not a cpu list: CPU 9000 is out of range (0-8191)" + HINT,
+         env={"CMK_CPUS_EXCLUSIVE": "9000"}),
+    Case("malformed-space-and-control-char", ["--pool=exclusive", "true"], 5,
+         E + "CMK_CPUS_EXCLUSIVE='0, 1?' is not a cpu list: ' 1?' is not a CPU number" + HINT,
+         env={"CMK_CPUS_EXCLUSIVE": "0, 1\x01"}),
+    Case("cpus-not-allowed", ["--pool=shared", "true"], 6,
+         E + "CPUs 4000-4001 of the shared pool are not allowed in this container (allowed: {allowed})",
+         env={"CMK_CPUS_SHARED": "0,4000-4001"}),
+    Case("cpu-not-allowed-even-with-no-affinity", ["--no-affinity", "--pool=exclusive", "true"], 6,
+         E + "CPU 4000 of the exclusive pool is not allowed in this container (allowed: {allowed})",
+         env={"CMK_CPUS_EXCLUSIVE": "4000"}),
+    # --- the command: 127 not found, 126 not executable, as shells ---
+    Case("command-not-in-path", ["--pool=shared", "no-such-command"], 127,
+         E + "no-such-command: command not found (searched PATH={tmp}/empty:{tmp}/noexec)",
+         env={"CMK_CPUS_SHARED": "0", "PATH": "{tmp}/empty:{tmp}/noexec"}),
+    Case("command-path-missing", ["--pool=shared", "/nonexistent/cmd"], 127,
+         E + "/nonexistent/cmd: no such file or directory", env={"CMK_CPUS_SHARED": "0"}),
+    Case("command-path-through-a-file", ["--pool=shared", "/etc/passwd/cmd"], 127,
+         E + "/etc/passwd/cmd: not a directory", env={"CMK_CPUS_SHARED": "0"}),
+    Case("command-not-executable", ["--pool=shared", "--", "{tmp}/noexec/true"], 126,
+         E + "{tmp}/noexec/true: cannot execute: permission denied", env={"CMK_CPUS_SHARED": "0"}),
+    Case("command-in-path-not-executable", ["--pool=shared", "true"], 126,
+         E + "true: cannot execute: permission denied", env={"CMK_CPUS_SHARED": "0", "PATH": "{tmp}/noexec"}),
+    Case("path-search-skips-non-executable", ["--pool=shared", "true"], 0,
+         env={"CMK_CPUS_SHARED": "0", "PATH": "{tmp}/noexec:/usr/bin:/bin"}),
+    Case("command-is-a-directory", ["--pool=shared", "{tmp}/empty"], 126,
+         E + "{tmp}/empty: cannot execute: permission denied", env={"CMK_CPUS_SHARED": "0"}),
+    Case("command-not-a-program", ["--pool=shared", "{tmp}/garbage"], 126,
+         E + "{tmp}/garbage: cannot execute: exec format error", env={"CMK_CPUS_SHARED": "0"}),
+]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Files the cases refer to as {tmp}: a non-executable 'true', a non-program, a bad sysfs."""
+    root = tmp_path_factory.mktemp("isolate")
+    (root / "empty").mkdir()
+    (root / "noexec").mkdir()
+    (root / "noexec" / "true").write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(root / "noexec" / "true", 0o644)
+    (root / "garbage").write_bytes(b"\x00\x01\x02 not a program\n")
+    os.chmod(root / "garbage", 0o755)
+    topology = root / "sys" / "devices" / "system" / "cpu" / "cpu0" / "topology"
+    topology.mkdir(parents=True)
+    (topology / "physical_package_id").write_bytes(b"x\x02y\n")
+    return root
+
+
+def fill(text: str, tmp: Path) -> str:
+    return text.replace("{tmp}", str(tmp)).replace("{allowed}", allowed_here())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_isolate(pinner: Pinner, case: Case, tmp: Path) -> None:
+    env = {name: fill(value, tmp) for name, value in case.env.items()}
+    result = pinner.run([fill(arg, tmp) for arg in case.args], env)
+    assert (result.returncode, result.stderr) == (case.status, fill(case.stderr + "\n" if case.stderr else "", tmp))
+    if case.stdout is not None:
+        assert result.stdout == fill(case.stdout, tmp)

@@ -1,0 +1,49 @@
+"""Fixtures for protocol tests: a kubelet stand-in serving real unix sockets in a short temporary directory."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from deviceplugin.kubelet import Kubelet
+
+
+@pytest.fixture
+def plugin_dir() -> Iterator[Path]:
+    """A fresh device plugin directory with a short path (unix socket paths are limited to 107 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="cmk-kl-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def make_kubelet(plugin_dir: Path) -> Iterator[Callable[..., Kubelet]]:
+    """Start a stand-in with custom settings: ``make_kubelet(grace_period=0.2)``; stopped after the test."""
+    started: list[Kubelet] = []
+
+    def make(**settings: object) -> Kubelet:
+        settings = {"seed": 0, "pod_resources_socket": plugin_dir / "pod-resources.sock", **settings}
+        kubelet = Kubelet(plugin_dir, **settings)  # type: ignore[arg-type]
+        kubelet.start()
+        started.append(kubelet)
+        return kubelet
+
+    yield make
+    for kubelet in started:
+        kubelet.stop()
+
+
+@pytest.fixture
+def kubelet(make_kubelet: Callable[..., Kubelet]) -> Kubelet:
+    """A started stand-in serving ``<plugin_dir>/kubelet.sock`` and pod resources on ``pod-resources.sock``."""
+    return make_kubelet()
+
+
+@pytest.fixture
+def wait_for(kubelet: Kubelet) -> Callable[..., None]:
+    """``wait_for(lambda: kubelet.allocatable().get(R) == 2)``: block until the stand-in's state satisfies it."""
+    return kubelet.wait_for

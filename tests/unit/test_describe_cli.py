@@ -1,0 +1,105 @@
+"""`cmk describe` as a user runs it: a real process, its output, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.topologies import FIXTURES, fixture_copy
+
+XEON_D = ["--sysfs-root", str(FIXTURES / "cmk-xeon_d/sys"), "--procfs-root", str(FIXTURES / "cmk-xeon_d/proc")]
+
+
+def cmk(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deviceplugin", *args],
+                          check=False, capture_output=True, text=True, timeout=60)
+
+
+def test_describe_xeon_d_table_shows_the_cmk_plan():
+    result = cmk("describe", *XEON_D, "--num-exclusive-cores", "3", "--num-shared-cores", "1")
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("  ")}
+    assert "cmk.intel.com/exclusive-cores" in rows["exclusive"]
+    assert rows["exclusive"].endswith("{0,8} {1,9} {2,10}")
+    assert rows["shared"].endswith("{3,11}")
+    assert rows["infra"].endswith("4-7,12-15")
+    assert "3 cores" in rows["exclusive"]
+    assert "(not advertised: no CPUs)" in rows["exclusive-non-isolcpus"]
+    assert rows["isolated"].split()[-1] == "0-3,8-11"
+
+
+def test_describe_json_and_yaml_carry_the_same_facts():
+    args = ["describe", *XEON_D, "--num-exclusive-cores", "3", "--num-shared-cores", "1"]
+    as_json = json.loads(cmk(*args, "--output", "json").stdout)
+    as_yaml = yaml.safe_load(cmk(*args, "-o", "yaml").stdout)
+    assert as_json == as_yaml
+    pools = {pool["pool"]: pool for pool in as_json["plan"]["pools"]}
+    assert pools["exclusive"]["cores"] == ["0,8", "1,9", "2,10"]
+    assert pools["exclusive"]["advertised"] == 3
+    assert pools["shared"]["numa_nodes"] == {"0": {"cpus": "3,11", "cores": ["3,11"]}}
+    assert pools["infra"]["cpus"] == "4-7,12-15"
+    assert as_json["topology"]["isolated_cpus"] == "0-3,8-11"
+    assert as_json["topology"]["sockets"] == 1 and as_json["topology"]["cores"] == 8
+
+
+def test_describe_this_machine_runs():
+    result = cmk("describe", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["topology"]["threads"] >= 1
+    assert any(pool["advertised"] for pool in data["plan"]["pools"])
+
+
+def test_describe_multi_numa_rows_per_node(tmp_path):
+    sysfs, procfs = fixture_copy("hwloc-memorysidecaches", tmp_path, isolated="0-15,40-55")
+    result = cmk("describe", "--sysfs-root", str(sysfs), "--procfs-root", str(procfs),
+                 "--num-exclusive-cores", "4", "--exclusive-mode", "spread", "-o", "json")
+    pools = {pool["pool"]: pool for pool in json.loads(result.stdout)["plan"]["pools"]}
+    assert pools["exclusive"]["numa_nodes"] == {
+        "0": {"cpus": "0,40", "cores": ["0,40"]}, "1": {"cpus": "1,41", "cores": ["1,41"]},
+        "2": {"cpus": "2,42", "cores": ["2,42"]}, "3": {"cpus": "3,43", "cores": ["3,43"]},
+    }
+
+
+def _unreadable_cmdline(tmp_path: Path) -> list[str]:
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    (procfs / "cmdline").unlink(missing_ok=True)
+    (procfs / "cmdline").mkdir()  # root reads any file: a folder is what stays unreadable
+    return ["--sysfs-root", str(sysfs), "--procfs-root", str(procfs)]
+
+
+@pytest.mark.parametrize(("args", "status", "message"), [
+    (["--num-exclusive-cores", "-1"], 2, "argument --num-exclusive-cores: must be 0 or more, got -1"),
+    (["--num-shared-cores", "two"], 2, "argument --num-shared-cores: expected a whole number, got 'two'"),
+    (["--excl-non-isolcpus", "99"], 1, "--excl-non-isolcpus names CPU 99, which does not exist (CPUs: 0-15)"),
+    (["--excl-non-isolcpus", "4-"], 2, "argument --excl-non-isolcpus: malformed cpu list '4-'"),
+    (["--num-exclusive-cores", "4", "--num-shared-cores", "1"], 1,
+     "asked for 4 exclusive + 1 shared cores, but only 4 whole cores are isolated"),
+    (["--exclusive-mode", "tight"], 2, "argument --exclusive-mode: invalid Mode value: 'tight'"),
+    (["--output", "xml"], 2, "argument --output/-o: invalid choice: 'xml'"),
+])
+def test_bad_flags_are_one_line_and_nonzero(args, status, message):
+    result = cmk("describe", *XEON_D, *args)
+    assert result.returncode == status
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_missing_sysfs_root_is_one_line(tmp_path):
+    result = cmk("describe", "--sysfs-root", str(tmp_path / "nope"))
+    assert result.returncode == 1
+    assert f"sysfs root {tmp_path / 'nope'} does not exist" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_unreadable_cmdline_is_one_line(tmp_path):
+    result = cmk("describe", *_unreadable_cmdline(tmp_path))
+    assert result.returncode == 1
+    assert "cmdline" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

@@ -1,0 +1,212 @@
+"""Discovery checked against every real machine dump and its upstream expectations.
+
+Each fixture's ``expected.json`` was taken from the dump's own project (hwloc,
+CMK), not from the sysfs files. Where the kernel's view legitimately differs
+from what hwloc reports, the difference is a named entry in ``DEVIATIONS``
+with its reason; the test then asserts our value is exactly the kernel's
+(and still differs from upstream, so a stale entry fails too).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deviceplugin.sysfs import discover
+from deviceplugin.topology import Topology
+from pinner.cpulist import format_cpu_list, parse_cpu_list
+from tests.topologies import FIXTURES, fixture_copy
+
+FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []
+
+
+@dataclass(frozen=True)
+class Deviation:
+    """Our (kernel) value for one field where the upstream tool reports another, and why."""
+
+    ours: Any
+    reason: str
+
+
+_BULLDOZER = (
+    "AMD Bulldozer: the kernel lists the two integer cores of a compute unit as thread "
+    "siblings (they share front end and FPU); hwloc counts each half as a core"
+)
+_PPC_S390_UNKNOWN_PACKAGE = (
+    "physical_package_id is -1 (firmware does not say), so the kernel knows no package; "
+    "hwloc invents one per core_siblings set"
+)
+
+DEVIATIONS: dict[tuple[str, str], Deviation] = {
+    ("hwloc-16ia64-8n2s", "sockets"): Deviation(
+        8,
+        "ia64 firmware gives both single-core sockets of a node one physical_package_id "
+        "(0, 512, ...); we report the kernel's ids, hwloc splits packages by core_siblings",
+    ),
+    ("hwloc-20s390-2g6s4c", "sockets"): Deviation(0, _PPC_S390_UNKNOWN_PACKAGE),
+    ("hwloc-256ppc-8n8s4t", "sockets"): Deviation(0, _PPC_S390_UNKNOWN_PACKAGE),
+    ("hwloc-64amd64-4s2n4ca2co", "cores_total"): Deviation(32, _BULLDOZER),
+    ("hwloc-64amd64-4s2n4ca2co", "threads_per_core_max"): Deviation(2, _BULLDOZER),
+    ("hwloc-40intel64-4n10c+pci-conflicts", "sockets"): Deviation(
+        4,
+        "hand-modified dump with conflicting cpusets: hwloc drops package 3 and leaves its "
+        "CPUs without a package; the kernel still reports physical_package_id 3",
+    ),
+    ("hwloc-40intel64-4n10c+pci-conflicts", "cpus.socket"): Deviation(
+        {cpu: 3 for cpu in range(3, 40, 4)}, "same conflict: the kernel's id for package 3's CPUs"
+    ),
+    ("hwloc-32amd64-4s2n4c-cgroup2", "visible_sockets"): Deviation(
+        1,
+        "hwloc keeps the packages whose memory nodes the cgroup allows even when none of "
+        "their CPUs is allowed; we count packages of the visible CPUs",
+    ),
+}
+
+PER_CPU_FIELDS = {"socket": "package", "node": "node", "core": "core_id", "die": "die", "cluster": "cluster"}
+
+
+@functools.cache
+def _discovered(folder: str) -> Topology:
+    return discover(FIXTURES / folder / "sys", FIXTURES / folder / "proc")
+
+
+def _expected(folder: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / folder / "expected.json").read_text())
+
+
+def _visible(expected: Mapping[str, Any]) -> frozenset[int] | None:
+    """The CPUs a cgroup-restricted dump shows, or ``None`` for an unrestricted one."""
+    return parse_cpu_list(expected["pus_in_topology"]) if "visible_numa_nodes" in expected else None
+
+
+def _check(folder: str, field: str, ours: Any, upstream: Any) -> None:
+    deviation = DEVIATIONS.get((folder, field))
+    if deviation is None:
+        assert ours == upstream, f"{folder} {field}: discovered {ours!r}, upstream expects {upstream!r}"
+    else:
+        assert ours == deviation.ours, f"{folder} {field}: {deviation.reason}"
+        assert ours != upstream, f"{folder} {field}: deviation no longer needed, remove it"
+
+
+def test_the_fixture_corpus_is_there() -> None:
+    assert FIXTURES.is_dir(), f"fixtures not found at {FIXTURES}: set CMK_FIXTURES"
+    assert len(FOLDERS) >= 30
+    assert "cmk-xeon_d" in FOLDERS
+
+
+def test_every_deviation_names_an_existing_fixture_and_a_reason() -> None:
+    for folder, _field in DEVIATIONS:
+        assert folder in FOLDERS
+    assert all(len(d.reason) > 30 for d in DEVIATIONS.values())
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_online_cpus_match(folder: str) -> None:
+    expected, topology = _expected(folder), _discovered(folder)
+    visible = _visible(expected)
+    if visible is None:
+        _check(folder, "online_cpus", format_cpu_list(topology.online), expected["online_cpus"])
+    else:
+        assert visible <= topology.online, "a cgroup only hides online CPUs"
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_socket_count_matches(folder: str) -> None:
+    expected, topology = _expected(folder), _discovered(folder)
+    visible = _visible(expected)
+    if visible is None:
+        _check(folder, "sockets", len(topology.packages), expected["sockets"])
+    else:
+        packages = {topology.cpus[cpu].package for cpu in visible} - {None}
+        _check(folder, "visible_sockets", len(packages), expected["visible_sockets"])
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_core_count_and_threads_per_core_match(folder: str) -> None:
+    expected, topology = _expected(folder), _discovered(folder)
+    visible = _visible(expected)
+    if visible is None:
+        _check(folder, "cores_total", len(topology.cores), expected["cores_total"])
+        _check(folder, "threads_per_core_max", topology.threads_per_core_max, expected["threads_per_core_max"])
+    else:
+        threads = [core.cpus & visible for core in topology.cores if core.cpus & visible]
+        _check(folder, "visible_cores_total", len(threads), expected["visible_cores_total"])
+        _check(folder, "threads_per_core_max", max(map(len, threads)), expected["threads_per_core_max"])
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_numa_membership_matches(folder: str) -> None:
+    """CPU-less nodes (memory-only, GPU memory) are not in the model: upstream lists them as ""."""
+    expected, topology = _expected(folder), _discovered(folder)
+    visible = _visible(expected)
+    if visible is None:
+        upstream, ours = expected["numa_nodes"], topology.numa_nodes
+    else:
+        upstream = expected["visible_numa_nodes"]
+        ours = {node: cpus & visible for node, cpus in topology.numa_nodes.items() if cpus & visible}
+    _check(
+        folder,
+        "numa_nodes",
+        {str(node): format_cpu_list(cpus) for node, cpus in ours.items()},
+        {node: cpus for node, cpus in upstream.items() if cpus},
+    )
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_per_cpu_placement_matches(folder: str) -> None:
+    expected, topology = _expected(folder), _discovered(folder)
+    assert expected["cpus"], "every fixture lists its CPUs"
+    for key, attribute in PER_CPU_FIELDS.items():
+        rows = [row for row in expected["cpus"] if key in row]
+        mismatched = {
+            row["cpu"]: getattr(topology.cpus[row["cpu"]], attribute)
+            for row in rows
+            if getattr(topology.cpus[row["cpu"]], attribute) != row[key]
+        }
+        _check(folder, f"cpus.{key}", mismatched, {})
+
+
+def test_xeon_d_siblings_and_isolated_cpus_match_cmk() -> None:
+    expected, topology = _expected("cmk-xeon_d"), _discovered("cmk-xeon_d")
+    for row in expected["cpus"]:
+        assert topology.cpus[row["cpu"]].siblings == parse_cpu_list(row["siblings"])
+    assert format_cpu_list(topology.isolated) == expected["isolated_cpus"] == "0-3,8-11"
+    assert topology.nohz_full == frozenset()
+
+
+def test_hybrid_cores_report_their_base_frequencies() -> None:
+    """Raptor Lake: P-cores at 1.9 GHz, E-cores at 1.4 GHz (SST-BF-style input to pool plans)."""
+    topology = _discovered("hwloc-20em64t-hybrid-1p6c2t+2ca4co1t")
+    frequencies = {core.base_frequency for core in topology.cores}
+    assert frequencies == {1_900_000, 1_400_000}
+    p_cores = [core for core in topology.cores if core.base_frequency == 1_900_000]
+    assert len(p_cores) == 6 and all(len(core.cpus) == 2 for core in p_cores)
+
+
+def test_nohz_full_reading_null_means_no_cpus() -> None:
+    topology = _discovered("hwloc-nvidia-dgx-gb10")
+    assert (FIXTURES / "hwloc-nvidia-dgx-gb10/sys/devices/system/cpu/nohz_full").read_text().strip() == "(null)"
+    assert topology.nohz_full == frozenset()
+
+
+def test_a_fixture_copy_with_isolation_written_in(tmp_path: Path) -> None:
+    """The README's recipe: copy a dump, write cpu/isolated and proc/cmdline, rediscover."""
+    folder = "hwloc-32intel64-2p8co2t+8ve"
+    sysfs, procfs = fixture_copy(
+        folder, tmp_path, isolated="2-5,18-21",
+        cmdline="BOOT_IMAGE=/vmlinuz ro isolcpus=nohz,domain,managed_irq,2-7,18-23 nohz_full=6-7,22-23 quiet",
+    )
+
+    topology = discover(sysfs, procfs)
+
+    assert format_cpu_list(topology.isolated) == "2-7,18-23"
+    assert format_cpu_list(topology.nohz_full) == "6-7,22-23"
+    original = _discovered(folder)
+    assert topology.cpus == original.cpus
+    assert topology.cores == original.cores
