@@ -19,17 +19,19 @@ from pathlib import Path
 
 from deviceplugin.errors import CmkError
 from deviceplugin.options import add_plan_arguments, add_root_arguments, plan_options
-from deviceplugin.plan import Pool, PoolPlan, plan_pools
+from deviceplugin.plan import RESOURCE_NAMES, Pool, PoolPlan, plan_pools
 
 DEFAULT_KUBELET_DIR = Path("/var/lib/kubelet/device-plugins")
 
-#: The daemon's socket file name per pool, inside the kubelet's device-plugin directory.
-SOCKET_TEMPLATE = "cmk-{pool}.sock"
+
+def socket_name(resource: str) -> str:
+    """The daemon's socket file for ``resource``: ``cmk.intel.com/exclusive-cores`` -> ``cmk-exclusive-cores.sock``."""
+    return f"cmk-{resource.rpartition('/')[2]}.sock"
 
 
 def endpoints(plan: PoolPlan) -> dict[Pool, str]:
     """Socket file name of every pool the plan advertises (a pool with no CPUs has no server)."""
-    return {pool: SOCKET_TEMPLATE.format(pool=pool) for pool in Pool if plan.advertised(pool)}
+    return {pool: socket_name(RESOURCE_NAMES[pool]) for pool in Pool if plan.advertised(pool)}
 
 
 def _positive_seconds(text: str) -> float:

@@ -21,7 +21,8 @@ import grpc
 import pytest
 
 from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
-from deviceplugin.cmd_probe import SOCKET_TEMPLATE
+from deviceplugin.cmd_probe import socket_name
+from deviceplugin.plan import RESOURCE_NAMES, Pool
 from tests.topologies import FIXTURES
 
 # cmk-xeon_d boots with isolcpus=0-3,8-11: exclusive {0,8} {1,9} {2,10}, shared {3,11}, infra 4-7,12-15
@@ -55,7 +56,7 @@ def serve(plugin_dir: Path) -> Iterator[Callable[..., None]]:
     def start(pool: str, *, hang: bool = False) -> None:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         deviceplugin_pb2_grpc.add_DevicePluginServicer_to_server(Options(release if hang else None), server)
-        server.add_insecure_port(f"unix://{plugin_dir / SOCKET_TEMPLATE.format(pool=pool)}")
+        server.add_insecure_port(f"unix://{plugin_dir / socket_name(RESOURCE_NAMES[Pool(pool)])}")
         server.start()
         servers.append(server)
 
@@ -100,7 +101,7 @@ def test_a_stale_socket_file_nobody_listens_on_fails(plugin_dir, serve):
     serve("exclusive")
     serve("infra")
     stale = socket.socket(socket.AF_UNIX)
-    stale.bind(str(plugin_dir / "cmk-shared.sock"))
+    stale.bind(str(plugin_dir / socket_name(RESOURCE_NAMES[Pool.SHARED])))
     stale.close()  # the file stays, as after a daemon crash
     result = probe(plugin_dir)
     assert result.returncode == 1
@@ -125,3 +126,8 @@ def test_bad_input_is_one_line(plugin_dir, args, message):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert message in line
+
+
+def test_socket_names_follow_the_daemons_rule():
+    assert [socket_name(RESOURCE_NAMES[pool]) for pool in Pool] == [
+        "cmk-exclusive-cores.sock", "cmk-exclusive-non-isolcpus-cores.sock", "cmk-shared.sock", "cmk-infra.sock"]
