@@ -11,7 +11,9 @@ trailing newline or NUL bytes, and an empty file means "no CPUs".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+TYPE_CHECKING = False  # typing's own import would slow the pinner's start
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 MAX_CPU = 1 << 16  # far above any real machine; guards against "0-999999999"
 

@@ -37,6 +37,8 @@ import errno
 import posix
 import sys
 
+from pinner.cpulist import format_cpu_list, format_cpu_mask
+
 PROG = "cmk isolate"
 
 EXIT_HELP = 0
@@ -260,27 +262,6 @@ def parse_env_cpus(var: str, raw: bytes) -> list[int]:
     return sorted(cpus)
 
 
-def format_ranges(cpus: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``0-2,5``, the kernel's list form, for messages."""
-    parts: list[str] = []
-    i = 0
-    while i < len(cpus):
-        j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
-            j += 1
-        parts.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
-def format_mask(cpus: list[int]) -> str:
-    """CMK's ``CMK_CPUS_ASSIGNED_MASK``: upper-case hex, no ``0x`` (CPUs 0,1,4 -> ``13``)."""
-    value = 0
-    for cpu in cpus:
-        value |= 1 << cpu
-    return f"{value:X}"
-
-
 def pool_cpus(pool: str, environ: dict[bytes, bytes]) -> list[int]:
     """The CPUs the Allocate answer gave this container in ``pool``."""
     if pool not in POOLS:
@@ -302,8 +283,8 @@ def check_allowed(pool: str, cpus: list[int], allowed: set[int]) -> None:
     if missing:
         noun, verb = ("CPU", "is") if len(missing) == 1 else ("CPUs", "are")
         raise IsolateError(
-            f"{noun} {format_ranges(missing)} of the {pool} pool {verb} not allowed in this container "
-            f"(allowed: {format_ranges(sorted(allowed))})",
+            f"{noun} {format_cpu_list(missing)} of the {pool} pool {verb} not allowed in this container "
+            f"(allowed: {format_cpu_list(sorted(allowed))})",
             EXIT_NOT_ALLOWED,
         )
 
@@ -314,7 +295,7 @@ def on_socket(pool: str, cpus: list[int], socket_id: int, packages: list[int]) -
     if not kept:
         sockets = ",".join(str(p) for p in sorted(set(packages)))
         raise IsolateError(
-            f"none of the {pool} pool's CPUs ({format_ranges(cpus)}) is on socket {socket_id} "
+            f"none of the {pool} pool's CPUs ({format_cpu_list(cpus)}) is on socket {socket_id} "
             f"(they are on socket {sockets}): use one of those with --socket-id, or -1 for any",
             EXIT_SOCKET,
         )
@@ -409,10 +390,10 @@ def run(argv: list[str]) -> IsolateError | None:
             posix.sched_setaffinity(0, cpus)
         except OSError as err:
             raise IsolateError(
-                f"cannot pin to CPUs {format_ranges(cpus)}: {errno_text(err.errno or 0)}", EXIT_AFFINITY
+                f"cannot pin to CPUs {format_cpu_list(cpus)}: {errno_text(err.errno or 0)}", EXIT_AFFINITY
             ) from None
     environ[ENV_ASSIGNED.encode()] = ",".join(map(str, cpus)).encode()
-    environ[ENV_ASSIGNED_MASK.encode()] = format_mask(cpus).encode()
+    environ[ENV_ASSIGNED_MASK.encode()] = format_cpu_mask(cpus).encode()
     return exec_command(req.command, req.args, environ)
 
 

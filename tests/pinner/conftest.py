@@ -68,6 +68,6 @@ def topology(name: str) -> Path:
 
 def allowed_here() -> str:
     """This process's CPUs in list form: what the pinner it starts reports as allowed."""
-    from pinner.isolate import format_ranges
+    from pinner.cpulist import format_cpu_list
 
-    return format_ranges(sorted(os.sched_getaffinity(0)))
+    return format_cpu_list(os.sched_getaffinity(0))

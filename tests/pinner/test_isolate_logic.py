@@ -7,8 +7,6 @@ import pytest
 from pinner import cpulist, isolate
 from pinner.isolate import (
     IsolateError,
-    format_mask,
-    format_ranges,
     on_socket,
     parse_args,
     parse_env_cpus,
@@ -21,14 +19,8 @@ from pinner.isolate import (
      ([64], "10000000000000000"), ([0, 127], "80000000000000000000000000000001")],
 )
 def test_mask_is_cmks_upper_case_hex_without_prefix(cpus: list[int], mask: str) -> None:
-    assert format_mask(cpus) == mask
-    assert cpulist.format_cpu_mask(cpus) == mask  # the daemon's formatter agrees with the pinner
+    assert cpulist.format_cpu_mask(cpus) == mask
     assert cpulist.parse_cpu_mask(mask) == frozenset(cpus)
-
-
-def test_ranges_are_the_kernel_list_form() -> None:
-    assert format_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
-    assert format_ranges([0, 1, 2, 5, 7, 8]) == cpulist.format_cpu_list([0, 1, 2, 5, 7, 8])
 
 
 def test_env_list_accepts_the_contract_form_and_ranges() -> None:
