@@ -1,7 +1,8 @@
 """``cmk probe``: exit 0 only when every pool the plan advertises answers on its device-plugin socket.
 
 Used as the DaemonSet's readiness and liveness probe (an exec probe in the
-daemon's own container). It plans the pools from the same flags as the daemon,
+daemon's own container). It takes the daemon's flags (``--config`` included)
+and plans the pools as the daemon does,
 so a pool the daemon should serve but does not is caught, and it dials each
 pool's socket in the kubelet's device-plugin directory and calls
 ``GetDevicePluginOptions`` -- the very call the kubelet makes while
@@ -17,20 +18,17 @@ import argparse
 import os
 from pathlib import Path
 
+from deviceplugin.cmd_device_plugin import add_arguments as add_daemon_arguments
+from deviceplugin.config import apply_config, load_config
 from deviceplugin.errors import CmkError
-from deviceplugin.options import add_plan_arguments, add_root_arguments, plan_options
+from deviceplugin.options import plan_options
 from deviceplugin.plan import RESOURCE_NAMES, Pool, PoolPlan, plan_pools
-
-DEFAULT_KUBELET_DIR = Path("/var/lib/kubelet/device-plugins")
-
-
-def socket_name(resource: str) -> str:
-    """The daemon's socket file for ``resource``: ``cmk.intel.com/exclusive-cores`` -> ``cmk-exclusive-cores.sock``."""
-    return f"cmk-{resource.rpartition('/')[2]}.sock"
 
 
 def endpoints(plan: PoolPlan) -> dict[Pool, str]:
     """Socket file name of every pool the plan advertises (a pool with no CPUs has no server)."""
+    from deviceplugin.daemon import socket_name
+
     return {pool: socket_name(RESOURCE_NAMES[pool]) for pool in Pool if plan.advertised(pool)}
 
 
@@ -45,10 +43,8 @@ def _positive_seconds(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_root_arguments(parser)
-    add_plan_arguments(parser)
-    parser.add_argument("--kubelet-dir", type=Path, default=DEFAULT_KUBELET_DIR, metavar="DIR",
-                        help=f"the kubelet's device-plugin directory (default: {DEFAULT_KUBELET_DIR})")
+    """The daemon's own flags (so a probe given the daemon's arguments plans its pools), plus a deadline."""
+    add_daemon_arguments(parser)
     parser.add_argument("--timeout", type=_positive_seconds, default=2.0, metavar="SECONDS",
                         help="deadline of each pool's GetDevicePluginOptions call (default: 2)")
 
@@ -73,6 +69,7 @@ def _dial(path: Path, timeout: float) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from deviceplugin.sysfs import discover
 
+    apply_config(args, load_config(args.config) if args.config else {})
     plan = plan_pools(discover(args.sysfs_root, args.procfs_root), plan_options(args))
     expected = endpoints(plan)
     if not expected:

@@ -21,13 +21,13 @@ import grpc
 import pytest
 
 from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
-from deviceplugin.cmd_probe import socket_name
+from deviceplugin.daemon import socket_name
 from deviceplugin.plan import RESOURCE_NAMES, Pool
 from tests.topologies import FIXTURES
 
 # cmk-xeon_d boots with isolcpus=0-3,8-11: exclusive {0,8} {1,9} {2,10}, shared {3,11}, infra 4-7,12-15
-PLAN = ["--sysfs-root", str(FIXTURES / "cmk-xeon_d/sys"), "--procfs-root", str(FIXTURES / "cmk-xeon_d/proc"),
-        "--num-exclusive-cores", "3", "--num-shared-cores", "1"]
+ROOTS = ["--sysfs-root", str(FIXTURES / "cmk-xeon_d/sys"), "--procfs-root", str(FIXTURES / "cmk-xeon_d/proc")]
+SIZES = ["--num-exclusive-cores", "3", "--num-shared-cores", "1"]
 SERVED = ("exclusive", "shared", "infra")
 
 
@@ -66,9 +66,10 @@ def serve(plugin_dir: Path) -> Iterator[Callable[..., None]]:
         server.stop(grace=None)
 
 
-def probe(plugin_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def probe(plugin_dir: Path, *extra: str, sizes: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "deviceplugin", "probe", "--kubelet-dir", str(plugin_dir),
-                           *PLAN, *extra], capture_output=True, text=True, timeout=60, check=False)
+                           *ROOTS, *(SIZES if sizes else []), *extra],
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_ready_when_every_planned_pool_answers(plugin_dir, serve):
@@ -128,6 +129,15 @@ def test_bad_input_is_one_line(plugin_dir, args, message):
     assert message in line
 
 
-def test_socket_names_follow_the_daemons_rule():
-    assert [socket_name(RESOURCE_NAMES[pool]) for pool in Pool] == [
-        "cmk-exclusive-cores.sock", "cmk-exclusive-non-isolcpus-cores.sock", "cmk-shared.sock", "cmk-infra.sock"]
+
+def test_reads_the_pool_sizes_from_the_daemons_config_file(plugin_dir, serve, tmp_path):
+    serve("exclusive")
+    serve("infra")
+    config = tmp_path / "config.yaml"
+    config.write_text("num-exclusive-cores: 4\nnum-shared-cores: 0\n")
+    result = probe(plugin_dir, "--config", str(config), sizes=False)
+    assert result.returncode == 0, result.stderr
+    assert "exclusive, infra" in result.stdout
+    config.write_text("num-exclusive-cores: 3\nnum-shared-cores: 1\n")
+    result = probe(plugin_dir, "--config", str(config), sizes=False)
+    assert result.returncode == 1 and "pool shared:" in result.stderr

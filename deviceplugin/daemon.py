@@ -1,0 +1,219 @@
+"""The supervisor: plans the pools once, serves each as a device plugin, and reacts to events.
+
+Like Intel's device plugin framework, the concrete part produces a snapshot
+device tree (:func:`deviceplugin.devices.device_tree`) and the supervisor
+diffs it against what it serves. The set of resources is fixed by the plan
+made at start (device IDs must not move under the kubelet's checkpoint), so
+later snapshots differ only in health: the supervisor pushes them to the
+running servers, which stream them to the kubelet.
+
+Every event goes through one queue and one thread, coalesced in batches, so
+a burst (the kubelet deleting four sockets, then creating ``kubelet.sock``;
+several sysfs files changing for one CPU) costs one reaction:
+
+- CPU changed: re-read the topology, rebuild the tree, push what changed.
+- kubelet restarted (one of our sockets gone, or ``kubelet.sock`` created
+  while a pool is still registered with an older one): stop every server
+  (their streams end first), serve anew, register again. A new
+  ``kubelet.sock`` that no pool has registered with yet only cuts the
+  registrar's backoff short, so one kubelet restart (sockets deleted, then
+  ``kubelet.sock`` created) costs exactly one re-registration per pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from api.constants import (
+    DEVICE_PLUGIN_DIR,
+    KUBELET_SOCKET_NAME,
+    validate_device_id,
+    validate_resource_name,
+)
+from deviceplugin.devices import DeviceTree, device_tree, health_changes
+from deviceplugin.errors import CmkError
+from deviceplugin.plan import PlanOptions, PoolPlan, plan_pools
+from deviceplugin.registration import Registrar, Registration, socket_identity
+from deviceplugin.server import PoolServer, Preference, options_message
+from deviceplugin.sysfs import discover
+from deviceplugin.watcher import PluginDirWatcher, cpu_watcher
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INSTALL_DIR = "/opt/bin"
+_CPUS, _KUBELET, _STOP = "cpus", "kubelet", "stop"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaemonSettings:
+    kubelet_dir: Path = Path(DEVICE_PLUGIN_DIR)
+    sysfs_root: Path = Path("/sys")
+    procfs_root: Path = Path("/proc")
+    install_dir: str = DEFAULT_INSTALL_DIR
+    plan: PlanOptions = field(default_factory=PlanOptions)
+
+
+def socket_name(resource: str) -> str:
+    """``cmk.intel.com/exclusive-cores`` -> ``cmk-exclusive-cores.sock``: stable, so a restart replaces it."""
+    return f"cmk-{resource.rpartition('/')[2]}.sock"
+
+
+def _check_tree(tree: DeviceTree) -> None:
+    for resource, devices in tree.items():
+        problems = [validate_resource_name(resource)] + [validate_device_id(i) for i in devices.devices]
+        problem = next((p for p in problems if p), None)
+        if problem:
+            raise CmkError(problem)
+
+
+class Daemon:
+    """Plans at construction (so a bad plan fails before anything is served); :meth:`start` serves."""
+
+    def __init__(self, settings: DaemonSettings, *, prefer: Preference | None = None) -> None:
+        if prefer is None:
+            from deviceplugin.policy import preferred_allocation as prefer
+        self.settings = settings
+        self._prefer = prefer
+        topology = discover(settings.sysfs_root, settings.procfs_root)
+        self.plan: PoolPlan = plan_pools(topology, settings.plan)
+        self.tree: DeviceTree = device_tree(self.plan, topology.online)
+        _check_tree(self.tree)
+        self.kubelet_socket = settings.kubelet_dir / KUBELET_SOCKET_NAME
+        self._servers: dict[str, PoolServer] = {}
+        self._registrar: Registrar | None = None
+        self._events: queue.Queue[tuple[str, str]] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="cmk-supervisor", daemon=True)
+        self._watchers: list = []
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        try:
+            self.settings.kubelet_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CmkError(f"cannot use --kubelet-dir {self.settings.kubelet_dir}: {err.strerror}") from None
+        for note in self.plan.notes:
+            log.info("plan: %s", note)
+        self._serve()
+        self._watchers = [
+            PluginDirWatcher(self.settings.kubelet_dir, kubelet_socket_name=KUBELET_SOCKET_NAME,
+                             on_kubelet=lambda: self._events.put((_KUBELET, "")),
+                             on_deleted=lambda name: self._events.put((_KUBELET, name))),
+            cpu_watcher(self.settings.sysfs_root, lambda: self._events.put((_CPUS, ""))),
+        ]
+        for watcher in self._watchers:
+            watcher.start()
+        self._events.put((_CPUS, ""))  # a CPU that changed before the watcher started
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop reacting, end every stream, stop serving and remove our sockets."""
+        if self._thread.is_alive():
+            self._events.put((_STOP, ""))
+            self._thread.join()
+        for watcher in self._watchers:
+            watcher.stop()
+        served = len(self._servers)
+        self._stop_serving()
+        if served:
+            log.info("stopped serving %d pools; sockets removed", served)
+
+    @property
+    def servers(self) -> dict[str, PoolServer]:
+        return dict(self._servers)
+
+    @property
+    def registered(self) -> bool:
+        """Every pool registered with the kubelet currently listening (for tests and the demo)."""
+        registrar = self._registrar
+        return registrar is not None and registrar.done and self._registered_with_current_kubelet(registrar)
+
+    # --- serving --------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        registrations = []
+        for resource, devices in self.tree.items():
+            server = PoolServer(devices, socket_path=self.settings.kubelet_dir / socket_name(resource),
+                                install_dir=self.settings.install_dir, prefer=self._prefer)
+            server.start()
+            self._servers[resource] = server
+            registrations.append(Registration(resource, server.socket_path.name, options_message(devices)))
+            log.info("serving %s on %s: %d devices, %d healthy", resource, server.socket_path,
+                     len(devices.devices), devices.healthy)
+        self._registrar = Registrar(self.kubelet_socket, registrations)
+        self._registrar.start()
+
+    def _stop_serving(self) -> None:
+        if self._registrar is not None:
+            self._registrar.cancel(wait=False)  # a Register in flight fails once its server is gone
+        stopped = [server.stop() for server in self._servers.values()]
+        for done in stopped:
+            done.wait()
+        for server in self._servers.values():
+            server.remove_socket()
+        self._servers.clear()
+
+    def _registered_with_current_kubelet(self, registrar: Registrar) -> bool:
+        current = socket_identity(self.kubelet_socket)
+        return current is not None and all(i == current for i in registrar.registered_with().values())
+
+    # --- events ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            batch = {self._events.get()}
+            while True:
+                try:
+                    batch.add(self._events.get_nowait())
+                except queue.Empty:
+                    break
+            if (_STOP, "") in batch:
+                return
+            try:
+                if any(kind == _CPUS for kind, _ in batch):
+                    self._refresh()
+                if any(kind == _KUBELET for kind, _ in batch) and self._kubelet_restarted(batch):
+                    self._restart()
+            except Exception:  # the daemon must outlive any single bad event
+                log.exception("handling %s failed; waiting for the next event", sorted(batch))
+
+    def _kubelet_restarted(self, batch: set[tuple[str, str]]) -> bool:
+        """True when a pool may still be tied to a kubelet that is gone; else at most retry now."""
+        ours = {server.socket_path.name: server for server in self._servers.values()}
+        if any(name in ours and not ours[name].socket_is_mine() for _, name in batch):
+            return True
+        current = socket_identity(self.kubelet_socket)
+        registrar = self._registrar
+        if (_KUBELET, "") not in batch or current is None or registrar is None:
+            return False
+        if any(identity != current for identity in registrar.registered_with().values()):
+            return True  # registered with the previous kubelet: its streams must end first
+        registrar.retry_now()  # nothing tied to an old kubelet: just stop waiting out the backoff
+        return False
+
+    def _restart(self) -> None:
+        log.info("kubelet restart seen: stopping %d servers, serving anew, registering again",
+                 len(self._servers))
+        self._stop_serving()
+        self._serve()
+
+    def _refresh(self) -> None:
+        try:
+            topology = discover(self.settings.sysfs_root, self.settings.procfs_root)
+        except CmkError as err:  # a sysfs file caught mid-change: the next event re-reads
+            log.warning("re-reading CPUs failed: %s", err)
+            return
+        new = device_tree(self.plan, topology.online)
+        for resource, devices in new.items():
+            old = self.tree[resource]
+            if devices == old:
+                continue
+            for device_id, healthy in health_changes(old, devices):
+                log.info("health: %s %s is now %s", resource, device_id,
+                         "Healthy" if healthy else "Unhealthy (a CPU is offline)")
+            self._servers[resource].update(devices)
+        self.tree = new

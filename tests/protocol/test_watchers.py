@@ -1,0 +1,90 @@
+"""The daemon's event sources on real kernel interfaces: inotify on a dump copy, netlink uevents."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from deviceplugin.watcher import (
+    NETLINK_KOBJECT_UEVENT,
+    UEVENT_KERNEL_GROUP,
+    PluginDirWatcher,
+    cpu_watcher,
+)
+from tests.fixture_copies import fixture_copy, set_online
+
+
+def test_flipping_cpu_online_in_a_dump_copy_is_seen(tmp_path):
+    sysfs, _ = fixture_copy("cmk-xeon_d", tmp_path)
+    seen = threading.Event()
+    watcher = cpu_watcher(sysfs, seen.set)
+    watcher.start()
+    try:
+        set_online(sysfs, 5, False)
+        assert seen.wait(10)
+    finally:
+        watcher.stop()
+
+
+def test_reading_sysfs_files_does_not_wake_the_cpu_watcher(tmp_path):
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    from deviceplugin.sysfs import discover
+
+    seen = threading.Event()
+    watcher = cpu_watcher(sysfs, seen.set)
+    watcher.start()
+    try:
+        discover(sysfs, procfs)  # the daemon re-reads after every event: it must not trigger itself
+        (sysfs / "devices/system/cpu/cpu5/online").write_text("1\n")
+        assert seen.wait(10)  # the marker write is seen...
+        seen.clear()
+        discover(sysfs, procfs)
+        assert not seen.wait(0.5)  # ...the reads are not
+    finally:
+        watcher.stop()
+
+
+def test_plugin_dir_watcher_reports_kubelet_socket_and_deletions(tmp_path):
+    events: list[str] = []
+    both = threading.Event()
+
+    def record(what: str) -> None:
+        events.append(what)
+        if len(events) == 2:
+            both.set()
+
+    (tmp_path / "cmk-infra.sock").write_text("")
+    watcher = PluginDirWatcher(tmp_path, kubelet_socket_name="kubelet.sock",
+                               on_kubelet=lambda: record("kubelet"), on_deleted=lambda n: record(f"deleted {n}"))
+    watcher.start()
+    try:
+        (tmp_path / "cmk-infra.sock").unlink()
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(tmp_path / "kubelet.sock"))
+        server.close()
+        assert both.wait(10)
+    finally:
+        watcher.stop()
+    assert events == ["deleted cmk-infra.sock", "kubelet"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sending to the kernel's uevent group needs root")
+def test_a_cpu_uevent_on_the_kernel_netlink_group_reaches_the_watcher():
+    """On the real /sys the watcher listens to kernel uevents; a root process can inject one."""
+    seen = threading.Event()
+    watcher = cpu_watcher(Path("/sys"), seen.set)
+    assert type(watcher).__name__ == "_UeventCpuWatcher"
+    watcher.start()
+    try:
+        sender = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_KOBJECT_UEVENT)
+        # cpu0 "online" while it is online: harmless for any other listener (no udevd acts on it).
+        message = b"online@/devices/system/cpu/cpu0\0ACTION=online\0DEVPATH=/devices/system/cpu/cpu0\0SUBSYSTEM=cpu\0"
+        sender.sendto(message, (0, UEVENT_KERNEL_GROUP))
+        sender.close()
+        assert seen.wait(10)
+    finally:
+        watcher.stop()

@@ -1,0 +1,65 @@
+"""The Allocate answer from device IDs alone: env per pool, one shared mount, bad IDs named."""
+
+from __future__ import annotations
+
+import pytest
+
+from deviceplugin.answers import DeviceRequestError, Mount, allocate_answer
+from deviceplugin.devices import device_tree
+from deviceplugin.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
+from deviceplugin.topology import build_topology
+
+INSTALL = "/opt/cmk/bin"
+
+
+def tree(offline=()):
+    topology = build_topology([(i, i + 8) for i in range(8)], isolated=[*range(5), *range(8, 13)])
+    plan = plan_pools(topology, PlanOptions(num_exclusive_cores=4, num_shared_cores=1))
+    return device_tree(plan, topology.online - set(offline))
+
+
+def test_exclusive_env_lists_the_cores_cpus_ascending():
+    answer = allocate_answer(tree()[RESOURCE_NAMES[Pool.EXCLUSIVE]], ["cpus-2.10", "cpus-0.8"],
+                             install_dir=INSTALL)
+    assert answer.envs == {"CMK_CPUS_EXCLUSIVE": "0,2,8,10"}
+
+
+def test_shared_and_infra_envs_are_the_pools_cpus():
+    devices = tree()
+    shared = allocate_answer(devices[RESOURCE_NAMES[Pool.SHARED]], ["shared-004"], install_dir=INSTALL)
+    infra = allocate_answer(devices[RESOURCE_NAMES[Pool.INFRA]], ["infra-000", "infra-001"],
+                            install_dir=INSTALL)
+    assert shared.envs == {"CMK_CPUS_SHARED": "4,12"}
+    assert infra.envs == {"CMK_CPUS_INFRA": "5,6,7,13,14,15"}
+
+
+def test_every_pool_mounts_the_pinner_identically_so_merged_answers_never_conflict():
+    devices = tree()
+    answers = [allocate_answer(pool, [next(iter(pool.devices))], install_dir=INSTALL)
+               for pool in devices.values()]
+    assert {answer.mounts for answer in answers} == {(Mount("/opt/bin", INSTALL, True),)}
+    env_names = [name for answer in answers for name in answer.envs]
+    assert len(env_names) == len(set(env_names)) == 3
+
+
+def test_answering_the_same_ids_again_gives_the_same_answer():
+    exclusive = tree()[RESOURCE_NAMES[Pool.EXCLUSIVE]]
+    assert allocate_answer(exclusive, ["cpus-1.9"], install_dir=INSTALL) == \
+        allocate_answer(exclusive, ["cpus-1.9"], install_dir=INSTALL)
+
+
+def test_unknown_ids_are_named():
+    exclusive = tree()[RESOURCE_NAMES[Pool.EXCLUSIVE]]
+    with pytest.raises(DeviceRequestError, match=r"unknown device IDs: cpus-7.15, nope"):
+        allocate_answer(exclusive, ["cpus-0.8", "nope", "cpus-7.15"], install_dir=INSTALL)
+
+
+def test_unhealthy_ids_are_named():
+    exclusive = tree(offline=[9])[RESOURCE_NAMES[Pool.EXCLUSIVE]]
+    with pytest.raises(DeviceRequestError, match=r"unhealthy device IDs .*: cpus-1.9$"):
+        allocate_answer(exclusive, ["cpus-0.8", "cpus-1.9"], install_dir=INSTALL)
+
+
+def test_an_empty_request_is_refused():
+    with pytest.raises(DeviceRequestError, match="no device IDs"):
+        allocate_answer(tree()[RESOURCE_NAMES[Pool.SHARED]], [], install_dir=INSTALL)
