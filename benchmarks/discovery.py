@@ -8,7 +8,6 @@ at start and on every re-plan, so 1,024 CPUs must stay well under a second).
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import tempfile
@@ -22,11 +21,8 @@ if not __package__:  # run as a script: make the repository importable
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from deviceplugin.plan import plan_pools
 from deviceplugin.sysfs import discover
+from tests.topologies import FIXTURES
 
-FIXTURES = Path(
-    os.environ.get("CMK_FIXTURES")
-    or Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "topologies"
-)
 LARGEST_DUMP = "hwloc-256ppc-8n8s4t"
 SYNTHETIC = (4, 2, 64, 2)  # sockets, nodes per socket, cores per node, threads per core
 

@@ -24,7 +24,6 @@ folder is ``../shared/fixtures/topologies`` or ``$CMK_FIXTURES``.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import time
@@ -38,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from deviceplugin.policy import numa_nodes_of, preferred_allocation
 from deviceplugin.sysfs import discover
 from deviceplugin.topology import Core
+from tests.topologies import FIXTURES
 
-FIXTURES = Path(os.environ.get("CMK_FIXTURES", Path(__file__).resolve().parents[1].parent / "shared/fixtures/topologies"))
 MACHINES = (
     "hwloc-256ppc-8n8s4t",
     "hwloc-64amd64-4s2n4ca2co",

@@ -4,10 +4,13 @@
   or deleting a socket means it restarted.
 - CPUs on the real ``/sys``: sysfs attributes never raise inotify events, but
   the kernel sends a uevent (``online@``/``offline@/devices/system/cpu/cpuN``)
-  on its NETLINK_KOBJECT_UEVENT socket. The kernel delivers uevents only to
-  the host's network namespace, so a containerised daemon needs
-  ``hostNetwork: true``. If the socket cannot be opened at all, ``cpu/online``
-  is read every :data:`POLL_SECONDS` instead (one small read; logged).
+  on its NETLINK_KOBJECT_UEVENT socket. The kernel delivers uevents to every
+  network namespace owned by the initial user namespace, so a pod's own
+  network namespace receives them: no ``hostNetwork`` needed (a pod with
+  ``hostUsers: false`` would not; a test proves both the delivery and that
+  the socket is bound before the watcher starts). If the socket cannot be
+  opened at all, ``cpu/online`` is read every :data:`POLL_SECONDS` instead
+  (one small read; logged).
 - CPUs under any other root (a dump copied into a temporary directory):
   inotify on the ``cpu`` folder (recursively) sees writes to ``cpu/online``
   and ``cpuN/online``. Only close-after-write, create and move events are

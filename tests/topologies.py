@@ -1,6 +1,8 @@
-"""Where the real machine dumps live, and the README's recipe for giving one isolated CPUs.
+"""Where the real machine dumps live, and the fixture README's recipe for changing a copy of one.
 
-Shared by every test that reads ``../shared/fixtures/topologies`` (override with CMK_FIXTURES).
+Shared by every test and benchmark that reads ``../shared/fixtures/topologies``
+(override with CMK_FIXTURES). The dumps are read-only shared data: a test that
+writes ``isolated``, ``cmdline`` or flips ``cpuN/online`` works on its own copy.
 """
 
 from __future__ import annotations
@@ -9,25 +11,41 @@ import os
 import shutil
 from pathlib import Path
 
+from pinner.cpulist import format_cpu_list, parse_cpu_list
+
 FIXTURES = Path(
     os.environ.get("CMK_FIXTURES")
     or Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "topologies"
 )
 
 
-def fixture_copy(name: str, dest: Path, *, isolated: str | None = None,
+def fixture_copy(name: str, dest: Path, *, isolcpus: str | None = None,
                  cmdline: str | None = None) -> tuple[Path, Path]:
-    """Copy dump ``name`` under ``dest`` (writable), optionally writing cpu/isolated and proc/cmdline.
+    """(sysfs root, procfs root) of a writable copy of dump ``name`` under ``dest``.
 
-    Returns the copy's (sysfs root, procfs root).
+    ``isolcpus`` is written to ``cpu/isolated`` and, unless ``cmdline`` is
+    given, onto the kernel command line as the kernel would show it.
     """
-    copy = dest / name
-    shutil.copytree(FIXTURES / name, copy)
-    for path in [copy, *copy.rglob("*")]:
+    root = dest / name
+    shutil.copytree(FIXTURES / name, root, symlinks=True)
+    for path in [root, *root.rglob("*")]:
         path.chmod(path.stat().st_mode | 0o200)  # the corpus is read-only
-    (copy / "proc").mkdir(exist_ok=True)
-    if isolated is not None:
-        (copy / "sys/devices/system/cpu/isolated").write_text(isolated + "\n")
+    sysfs, procfs = root / "sys", root / "proc"
+    procfs.mkdir(exist_ok=True)
+    if isolcpus is not None:
+        (sysfs / "devices/system/cpu/isolated").write_text(isolcpus + "\n")
+        cmdline = cmdline or f"BOOT_IMAGE=/vmlinuz root=/dev/sda1 ro isolcpus={isolcpus}"
     if cmdline is not None:
-        (copy / "proc/cmdline").write_text(cmdline + "\n")
-    return copy / "sys", copy / "proc"
+        (procfs / "cmdline").write_text(cmdline + "\n")
+    return sysfs, procfs
+
+
+def set_online(sysfs: Path, cpu: int, online: bool) -> None:
+    """Flip one CPU the way the kernel shows it: ``cpuN/online`` and the ``cpu/online`` list."""
+    cpu_dir = sysfs / "devices/system/cpu"
+    (cpu_dir / f"cpu{cpu}/online").write_text("1\n" if online else "0\n")
+    listing = cpu_dir / "online"
+    if listing.exists():
+        cpus = set(parse_cpu_list(listing.read_text()))
+        cpus = cpus | {cpu} if online else cpus - {cpu}
+        listing.write_text(format_cpu_list(cpus) + "\n")

@@ -27,7 +27,7 @@ from deviceplugin.kubelet import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from deviceplugin.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
 from deviceplugin.sysfs import discover
 from pinner.cpulist import format_cpu_list, parse_cpu_list
-from tests.fixture_copies import FIXTURES, fixture_copy, set_online
+from tests.topologies import FIXTURES, fixture_copy, set_online
 
 EXCLUSIVE, NON_ISOL = RESOURCE_NAMES[Pool.EXCLUSIVE], RESOURCE_NAMES[Pool.EXCLUSIVE_NON_ISOLCPUS]
 SHARED, INFRA = RESOURCE_NAMES[Pool.SHARED], RESOURCE_NAMES[Pool.INFRA]

@@ -15,7 +15,7 @@ from deviceplugin.watcher import (
     PluginDirWatcher,
     cpu_watcher,
 )
-from tests.fixture_copies import fixture_copy, set_online
+from tests.topologies import fixture_copy, set_online
 
 
 def test_flipping_cpu_online_in_a_dump_copy_is_seen(tmp_path):
@@ -88,3 +88,39 @@ def test_a_cpu_uevent_on_the_kernel_netlink_group_reaches_the_watcher():
         assert seen.wait(10)
     finally:
         watcher.stop()
+
+
+WATCH_IN_NETNS = """
+import sys, threading
+from pathlib import Path
+from deviceplugin.watcher import cpu_watcher
+seen = threading.Event()
+watcher = cpu_watcher(Path("/sys"), seen.set)
+watcher.start()
+print(type(watcher).__name__, flush=True)
+print("seen" if seen.wait(20) else "not seen", flush=True)
+watcher.stop()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a new network namespace and a synthetic uevent need root")
+def test_kernel_cpu_uevents_reach_a_pod_network_namespace():
+    """Why the DaemonSet needs no hostNetwork: the kernel sends uevents to every network
+    namespace owned by the initial user namespace, so a pod's own netns sees CPU hotplug.
+
+    Writing ``online`` to cpu0's ``uevent`` file makes the kernel itself emit a synthetic
+    ``online`` uevent for cpu0 (no state changes), the same message a real hotplug sends.
+    """
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(["unshare", "--net", sys.executable, "-c", WATCH_IN_NETNS],
+                             cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "_UeventCpuWatcher"
+        # the uevent socket is bound before the name is printed: the message queues there
+        Path("/sys/devices/system/cpu/cpu0/uevent").write_text("online\n")
+        assert child.stdout.readline().strip() == "seen"
+    finally:
+        child.kill()
+        child.wait()

@@ -56,7 +56,7 @@ def test_describe_this_machine_runs():
 
 
 def test_describe_multi_numa_rows_per_node(tmp_path):
-    sysfs, procfs = fixture_copy("hwloc-memorysidecaches", tmp_path, isolated="0-15,40-55")
+    sysfs, procfs = fixture_copy("hwloc-memorysidecaches", tmp_path, isolcpus="0-15,40-55")
     result = cmk("describe", "--sysfs-root", str(sysfs), "--procfs-root", str(procfs),
                  "--num-exclusive-cores", "4", "--exclusive-mode", "spread", "-o", "json")
     pools = {pool["pool"]: pool for pool in json.loads(result.stdout)["plan"]["pools"]}

@@ -24,8 +24,7 @@ def test_xeon_d_as_cmk_tested_it():
 
 def _four_node_machine(tmp_path: Path):
     """Dell R740, SNC2: 4 NUMA nodes numbered round-robin (CPU n is on node n % 4)."""
-    sysfs, procfs = fixture_copy("hwloc-memorysidecaches", tmp_path, isolated="0-15,40-55",
-                                 cmdline="ro isolcpus=0-15,40-55")
+    sysfs, procfs = fixture_copy("hwloc-memorysidecaches", tmp_path, isolcpus="0-15,40-55")
     return discover(sysfs, procfs)
 
 
@@ -49,7 +48,7 @@ def test_spread_round_robins_numa_nodes_on_a_real_machine(tmp_path):
 def _hybrid(tmp_path: Path, **files: str):
     """Alder-Lake-like hybrid: P-cores {0,1}..{10,11} at 1.9 GHz, E-cores 12..19 at 1.4 GHz."""
     sysfs, procfs = fixture_copy("hwloc-20em64t-hybrid-1p6c2t+2ca4co1t", tmp_path,
-                                 isolated="4-19", cmdline="ro quiet isolcpus=4-19")
+                                 isolcpus="4-19")
     for name, value in files.items():
         cpu, attribute = name.split("__")
         (sysfs / "devices/system/cpu" / cpu / "cpufreq" / attribute).write_text(value + "\n")

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from functools import cache
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +14,7 @@ from hypothesis import strategies as st
 from deviceplugin.policy import STRATEGIES, numa_nodes_of, preferred_allocation
 from deviceplugin.sysfs import discover
 from deviceplugin.topology import Core, Topology, build_topology
+from tests.topologies import FIXTURES
 
 
 def devices(topology: Topology) -> dict[str, Core]:
@@ -259,7 +258,6 @@ def test_properties_on_literal_topologies(request, shuffle):
 
 # Real machines ----------------------------------------------------------------------------------------
 
-FIXTURES = Path(os.environ.get("CMK_FIXTURES", Path(__file__).resolve().parents[2].parent / "shared/fixtures/topologies"))
 
 #: Every multi-NUMA dump, with the NUMA nodes holding online cores as the kernel lists them
 #: (hwloc-offline-cpu0-node0: node 0 lists no CPU, so its online CPUs are in no node: None).

@@ -199,7 +199,7 @@ def test_a_fixture_copy_with_isolation_written_in(tmp_path: Path) -> None:
     """The README's recipe: copy a dump, write cpu/isolated and proc/cmdline, rediscover."""
     folder = "hwloc-32intel64-2p8co2t+8ve"
     sysfs, procfs = fixture_copy(
-        folder, tmp_path, isolated="2-5,18-21",
+        folder, tmp_path, isolcpus="2-5,18-21",
         cmdline="BOOT_IMAGE=/vmlinuz ro isolcpus=nohz,domain,managed_irq,2-7,18-23 nohz_full=6-7,22-23 quiet",
     )
 
