@@ -156,7 +156,7 @@ def roots(sysfs: Path, procfs: Path) -> list[str]:
 
 @pytest.mark.parametrize(("fixture", "flags"), AGREEMENT)
 def test_describe_on_the_node_booted_with_host_config_shows_the_same_cpus(tmp_path, fixture, flags):
-    pristine = fixture_copy(fixture, tmp_path / "pristine", isolated="", cmdline="ro quiet")
+    pristine = fixture_copy(fixture, tmp_path / "pristine", isolcpus="", cmdline="ro quiet")
     result = cmk("host-config", "-o", "json", *roots(*pristine), *flags)
     assert result.returncode == 0, result.stderr
     config = json.loads(result.stdout)
@@ -164,7 +164,7 @@ def test_describe_on_the_node_booted_with_host_config_shows_the_same_cpus(tmp_pa
     assert isolcpus, config
 
     line = " ".join(["ro quiet", *config["kernel_cmdline"]])
-    booted = fixture_copy(fixture, tmp_path / "booted", isolated=config["kernel_cmdline"][0].split("=")[1],
+    booted = fixture_copy(fixture, tmp_path / "booted", isolcpus=config["kernel_cmdline"][0].split("=")[1],
                           cmdline=line)
     described = cmk("describe", "-o", "json", *roots(*booted), *plan_flags(flags))
     assert described.returncode == 0, described.stderr
