@@ -170,7 +170,7 @@ def test_cdi_dir_is_mounted_in_base_and_dropped_with_cdi_off() -> None:
     base, off = daemon_container("base"), daemon_container("overlays/cdi-off")
     assert "--cdi-dir=/var/run/cdi" in base["args"]
     assert "/var/run/cdi" in {m["mountPath"] for m in base["volumeMounts"]}
-    assert "--cdi=false" in off["args"]
+    assert "--no-cdi" in off["args"]
     assert not [arg for arg in off["args"] if arg.startswith("--cdi-dir")]
     assert "/var/run/cdi" not in {m["mountPath"] for m in off["volumeMounts"]}
     (daemonset,) = objects("DaemonSet", "overlays/cdi-off")
@@ -212,14 +212,10 @@ def test_probes_run_cmk_probe_with_flags_it_accepts(kustomization: str) -> None:
         assert set(command[2:]) <= set(daemon["args"]), probe
 
 
-#: CDI flags of the daemon (issue 5) that `cmk device-plugin` does not take yet.
-PENDING_CDI_FLAGS = ("--cdi-dir=", "--cdi=")
-
-
 @pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
 def test_daemon_args_are_flags_cmk_device_plugin_accepts(kustomization: str) -> None:
     daemon = daemon_container(kustomization)
-    args = [arg for arg in daemon["args"] if not arg.startswith(PENDING_CDI_FLAGS)]
+    args = daemon["args"]
     assert args[0] == "device-plugin"
     parsed = build_parser().parse_args(args)
     assert parsed.command == "device-plugin"
