@@ -29,7 +29,6 @@ Unhealthy: a container admitted then would be told a CPU set it cannot use.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -38,8 +37,7 @@ from deviceplugin.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
 from deviceplugin.topology import Core
 from pinner.cpulist import format_cpu_list
 
-MAX_ID_LENGTH = 63
-_ID_SYNTAX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*\Z")
+MAX_ID_LENGTH = 63  # the kubelet's limit; the daemon checks every ID with api.constants at start
 
 
 @dataclass(frozen=True)
@@ -89,12 +87,6 @@ def slot_device_ids(pool: Pool, count: int) -> list[str]:
     return [f"{pool.value}-{index:0{width}d}" for index in range(count)]
 
 
-def check_device_id(device_id: str) -> None:
-    """Raise ValueError unless the ID is short enough for the kubelet and valid as a CDI name."""
-    if len(device_id) > MAX_ID_LENGTH or not _ID_SYNTAX.match(device_id):
-        raise ValueError(f"device ID {device_id!r} is not 1-{MAX_ID_LENGTH} characters of [A-Za-z0-9_.:-]")
-
-
 def _nodes(cores: Iterable[Core]) -> frozenset[int]:
     return frozenset(core.node for core in cores if core.node is not None)
 
@@ -119,8 +111,6 @@ def pool_devices(plan: PoolPlan, pool: Pool, online: frozenset[int]) -> PoolDevi
             device_id: Device(device_id, cpus, nodes, healthy)
             for device_id in slot_device_ids(pool, plan.advertised(pool))
         }
-    for device_id in devices:
-        check_device_id(device_id)
     return PoolDevices(pool, RESOURCE_NAMES[pool], MappingProxyType(devices), MappingProxyType(by_id))
 
 
