@@ -52,8 +52,8 @@ def _text_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:.6g}"
-    if isinstance(value, list):
-        value = ",".join(_text_value(item) for item in value)
+    if isinstance(value, list):  # one quoted value, not a list of quoted items
+        value = ",".join("true" if i is True else "false" if i is False else str(i) for i in value)
     text = "" if value is None else str(value)
     return text if _BARE.match(text) else json.dumps(text, ensure_ascii=False)
 
