@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
                         help="output format (default: table)")
     planning = [action.dest for group in parser._action_groups for action in group._group_actions
-                if action.dest not in ("help", "pod_resources_socket", "config", "output")]
+                if action.dest not in ("help", "config", "output")]
     defer_defaults(parser, planning)
 
 

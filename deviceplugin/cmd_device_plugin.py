@@ -26,6 +26,7 @@ from deviceplugin.config import KEYS, apply_config, defer_defaults, load_config
 from deviceplugin.errors import CmkError
 from deviceplugin.logfmt import FORMATS
 from deviceplugin.options import (
+    _address,
     add_plan_arguments,
     add_pod_resources_argument,
     add_root_arguments,
@@ -35,15 +36,6 @@ from deviceplugin.options import (
 if TYPE_CHECKING:
     from deviceplugin.daemon import Daemon
     from deviceplugin.events import Events
-
-
-def _address(text: str) -> tuple[str, int]:
-    from deviceplugin.metrics import parse_address
-
-    try:
-        return parse_address(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "flags given on the command line win")
     group.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                        help="logging threshold (default: INFO)")
-    defer_defaults(parser, (dest for dest, _ in KEYS.values()))
     observe = parser.add_argument_group("observability")
     observe.add_argument("--log-format", choices=FORMATS, default="text",
                          help="one line per event: text (key=value) or json (default: text)")
@@ -82,7 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     observe.add_argument("--nfd-features-dir", type=Path, default=DEFAULT_FEATURES_DIR, metavar="DIR",
                          help=f"write Node Feature Discovery labels to DIR/cmk.intel.com "
                               f"(default: {DEFAULT_FEATURES_DIR})")
-    observe.add_argument("--no-nfd", action="store_true", help="write no NFD feature file")
+    observe.add_argument("--nfd", action=argparse.BooleanOptionalAction, default=True,
+                         help="write the Node Feature Discovery feature file (default: on)")
+    defer_defaults(parser, (dest for dest, _ in KEYS.values()))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,7 +112,7 @@ def _serve(args: argparse.Namespace) -> int:
         _observe(daemon, events, args, cleanup)
         cleanup.callback(daemon.stop)
         daemon.start()
-        if not args.no_nfd:  # labels say what is served: written once serving has started
+        if args.nfd:  # labels say what is served: written once serving has started
             _write_nfd(daemon, events, args.nfd_features_dir, cleanup)
         # The topology, plan and device tree live as long as the process: keep the cyclic
         # collector from re-scanning them, so its pauses stay out of Allocate's latency.

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
-from deviceplugin.options import _count, _cpus, _slots
+from deviceplugin.options import _count, _cpus, _slots, parse_address
 from deviceplugin.plan import Mode
 
 
@@ -86,6 +86,10 @@ KEYS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "procfs-root": ("procfs_root", _path),
     "cdi": ("cdi", _flag),
     "cdi-dir": ("cdi_dir", _path),
+    "metrics-address": ("metrics_address", lambda value: parse_address(_text(value))),
+    "pod-resources-socket": ("pod_resources_socket", _path),
+    "nfd": ("nfd", _flag),
+    "nfd-features-dir": ("nfd_features_dir", _path),
 }
 
 

@@ -159,15 +159,6 @@ class Metrics:
                 self.preferred_errors.labels(fields["pool"]).inc()
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[v6]:PORT`` -> (host, port); ValueError saying what is expected."""
-    host, sep, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"expected HOST:PORT (e.g. 0.0.0.0:9464 or 127.0.0.1:0), got {text!r}")
-    return host, int(port)
-
-
 @contextmanager
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> Iterator[tuple[str, int]]:
     """Serve ``/metrics`` in a thread while the block runs; yields the bound (host, port) (port 0 picks one)."""

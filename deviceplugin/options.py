@@ -37,6 +37,22 @@ def _cpus(text: str) -> frozenset[int]:
         raise argparse.ArgumentTypeError(f"{err} (expected e.g. 4-5,12-13)") from None
 
 
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[v6]:PORT`` -> (host, port); ValueError saying what is expected."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT (e.g. 0.0.0.0:9464 or 127.0.0.1:0), got {text!r}")
+    return host, int(port)
+
+
+def _address(text: str) -> tuple[str, int]:
+    try:
+        return parse_address(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def add_root_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sysfs-root", type=Path, default=Path("/sys"), metavar="DIR",
                         help="read the CPU topology from DIR/devices/system (default: /sys)")

@@ -82,3 +82,12 @@ def test_invalid_yaml_names_the_line(tmp_path):
 def test_missing_file_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config file .*missing.yaml: No such file"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_observability_flags_are_config_keys_too():
+    values = parse_config({"metrics-address": "0.0.0.0:9464", "pod-resources-socket": "/run/pr.sock",
+                           "nfd": False, "nfd-features-dir": "/etc/nfd"}, "config.yaml")
+    assert values == {"metrics_address": ("0.0.0.0", 9464), "pod_resources_socket": Path("/run/pr.sock"),
+                      "nfd": False, "nfd_features_dir": Path("/etc/nfd")}
+    with pytest.raises(ConfigError, match="key 'metrics-address': expected HOST:PORT"):
+        parse_config({"metrics-address": "9464"}, "config.yaml")

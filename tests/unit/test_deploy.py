@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from deviceplugin.commands import build_parser
-from deviceplugin.config import parse_config
+from deviceplugin.config import apply_config, parse_config
 from deviceplugin.plan import RESOURCE_NAMES, Pool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +151,7 @@ def test_daemonset_runs_only_on_prepared_nodes_as_node_critical(kustomization: s
 
 
 @pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
-def test_daemon_mounts_kubelet_dir_install_dir_and_read_only_sys(kustomization: str) -> None:
+def test_daemon_mounts_kubelet_dirs_install_dir_and_nfd_dir_but_not_host_sys(kustomization: str) -> None:
     (daemonset,) = objects("DaemonSet", kustomization)
     spec = pod_spec(daemonset)
     host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
@@ -159,7 +159,11 @@ def test_daemon_mounts_kubelet_dir_install_dir_and_read_only_sys(kustomization: 
     by_host = {host_paths[m["name"]]: m for m in mounts.values() if m["name"] in host_paths}
     assert by_host["/var/lib/kubelet/device-plugins"].get("readOnly") is not True
     assert by_host["/opt/bin"]["readOnly"] is True
-    assert by_host["/sys"]["readOnly"] is True
+    assert by_host["/var/lib/kubelet/pod-resources"]["readOnly"] is True
+    assert by_host["/etc/kubernetes/node-feature-discovery/features.d"].get("readOnly") is not True
+    # the container's own /sys is the real sysfs: kernel CPU uevents are taken only there
+    assert "/sys" not in by_host and not any(m.startswith("/sys") for m in mounts)
+    assert not [arg for arg in daemon_container(kustomization)["args"] if arg.startswith("--sysfs-root")]
     (install,) = spec["initContainers"]
     assert install["args"][0] == "install"
     (install_mount,) = install["volumeMounts"]
@@ -206,7 +210,7 @@ def test_probes_run_cmk_probe_with_flags_it_accepts(kustomization: str) -> None:
         assert args.command == "probe"
         config = next(m for m in daemon["volumeMounts"] if m["name"] == "config")["mountPath"]
         assert str(args.kubelet_dir) in {m["mountPath"] for m in daemon["volumeMounts"]}
-        assert str(args.sysfs_root) in {m["mountPath"] for m in daemon["volumeMounts"]}
+        assert apply_config(args, {}).sysfs_root == Path("/sys")  # the real sysfs, as the daemon's
         assert any(arg.startswith(f"--config={config}/") for arg in command)
         # the probe plans from the daemon's own arguments, so both see the same pools
         assert set(command[2:]) <= set(daemon["args"]), probe
@@ -231,11 +235,12 @@ def test_pool_config_is_a_valid_daemon_config(kustomization: str) -> None:
 
 
 @pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
-def test_daemon_reads_sysfs_where_it_is_mounted(kustomization: str) -> None:
+def test_daemon_paths_are_where_they_are_mounted(kustomization: str) -> None:
     daemon = daemon_container(kustomization)
     mounts = {m["mountPath"] for m in daemon["volumeMounts"]}
     for arg in daemon["args"]:
-        if arg.startswith(("--sysfs-root=", "--kubelet-dir=", "--install-dir=", "--cdi-dir=", "--config=")):
+        if arg.startswith(("--kubelet-dir=", "--install-dir=", "--cdi-dir=", "--config=",
+                           "--pod-resources-socket=", "--nfd-features-dir=")):
             path = arg.split("=", 1)[1]
             assert any(path == m or path.startswith(m + "/") for m in mounts), arg
 

@@ -21,8 +21,8 @@ from deviceplugin.errors import CmkError
 from deviceplugin.events import Events
 from deviceplugin.live import live_data, render_live
 from deviceplugin.logfmt import JsonFormatter, KeyValueFormatter, configure
-from deviceplugin.metrics import parse_address
 from deviceplugin.nfd import FEATURE_FILE, check_label, feature_labels, write_features
+from deviceplugin.options import parse_address
 from deviceplugin.plan import PlanOptions, Pool, plan_pools
 from deviceplugin.sysfs import discover
 from tests.topologies import FIXTURES
