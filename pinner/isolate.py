@@ -12,6 +12,15 @@ This module imports only the interpreter's built-in ``errno``, ``posix`` and
 ``sys`` (not ``os``: its import alone costs about 10% of a bare ``python3 -I -S``
 start) and nothing else from its package; ``pinner/cmk_isolate.py`` runs it
 under ``python3 -I -S`` at interpreter speed.
+
+Which CPUs "this container may use" means its cpuset, not the affinity it was
+started with: since Linux 6.2 a task joining a cpuset keeps the affinity it
+inherited, so unless the runtime resets it (runc 1.3.1+, crun 1.10+) a
+container starts with the runtime's affinity, which on an isolcpus node is the
+housekeeping CPUs and excludes the very CPUs of the exclusive pool. A task may
+always widen its own affinity within its cpuset, so the pinner asks the kernel:
+it requests every CPU, and the kernel answers with the ones the cpuset allows.
+
 ``pinner/native/cmk.c`` is the same program in C for images without Python;
 ``pinner/build.py`` generates its exit statuses, pool table, error texts and
 help from the constants below, and one test table checks that both give the
@@ -27,7 +36,7 @@ Exit statuses (the workload's own status once the exec succeeded):
   5   the pool's variable is not a cpu list
   6   some of the pool's CPUs are not allowed in this container (its cpuset)
   7   ``--socket-id``: no pool CPU on that socket, or sysfs unreadable
-  8   the kernel refused the affinity
+  8   the kernel refused the affinity, or set another one than asked
 126   COMMAND found but not executable (as shells do)
 127   COMMAND not found (as shells do)
 ====  =======================================================================
@@ -66,6 +75,7 @@ POOLS = {
 POOL_NAMES = ", ".join(POOLS)
 
 MAX_CPUS = 8192  # the kernel's largest NR_CPUS
+ALL_CPUS = range(MAX_CPUS)  # asked for to learn the cpuset: the kernel drops what it does not allow
 ENV_ASSIGNED = "CMK_CPUS_ASSIGNED"
 ENV_ASSIGNED_MASK = "CMK_CPUS_ASSIGNED_MASK"
 ENV_SYSFS_ROOT = "CMK_SYSFS_ROOT"  # where --socket-id reads sysfs; tests point it at topology dumps
@@ -127,7 +137,7 @@ exit statuses (COMMAND's own once it runs):
     5  the pool's variable is not a cpu list
     6  CPUs not allowed in this container
     7  --socket-id: no CPU on that socket, or sysfs unreadable
-    8  the kernel refused the affinity
+    8  the kernel refused the affinity, or set another one
   126  COMMAND not executable   127  COMMAND not found
 """
 
@@ -292,6 +302,16 @@ def check_allowed(pool: str, cpus: list[int], allowed: set[int]) -> None:
         )
 
 
+def check_pinned(cpus: list[int], got: set[int]) -> None:
+    """Refuse a pin the kernel narrowed or moved (the cpuset changed under us): never a partial pin."""
+    if got != set(cpus):
+        raise IsolateError(
+            f"cannot pin to CPUs {format_cpu_list(cpus)}: the kernel set CPUs {format_cpu_list(sorted(got))} "
+            "(did the container's cpuset change?)",
+            EXIT_AFFINITY,
+        )
+
+
 def on_socket(pool: str, cpus: list[int], socket_id: int, packages: list[int]) -> list[int]:
     """Keep the CPUs whose package is ``socket_id``; ``packages[i]`` is that of ``cpus[i]``."""
     kept = [cpu for cpu, package in zip(cpus, packages) if package == socket_id]
@@ -331,6 +351,48 @@ def socket_read_error(cpu: int, path: str, detail: str) -> IsolateError:
         "(--socket-id needs sysfs; use --socket-id=-1 for any socket)",
         EXIT_SOCKET,
     )
+
+
+def affinity_error(what: str, err: OSError) -> IsolateError:
+    return IsolateError(f"{what}: {errno_text(err.errno or 0)}", EXIT_AFFINITY)
+
+
+def get_affinity(what: str) -> set[int]:
+    try:
+        return posix.sched_getaffinity(0)
+    except OSError as err:
+        raise affinity_error(what, err) from None
+
+
+def set_affinity(cpus: list[int] | set[int] | range, what: str) -> None:
+    try:
+        posix.sched_setaffinity(0, cpus)
+    except OSError as err:
+        raise affinity_error(what, err) from None
+
+
+def pin(cpus: list[int]) -> None:
+    """Pin to ``cpus`` and read back what the kernel really set."""
+    what = f"cannot pin to CPUs {format_cpu_list(cpus)}"
+    set_affinity(cpus, what)
+    check_pinned(cpus, get_affinity(what))
+
+
+def cpuset_cpus() -> tuple[set[int], set[int]]:
+    """(the CPUs this container's cpuset allows, the affinity this process started with).
+
+    The kernel intersects any request with the cpuset (every kernel version),
+    so asking for all CPUs yields the cpuset even when the affinity inherited
+    from the runtime is narrower. This process is left on that set; the caller
+    pins or restores. If the kernel refuses to widen it (a seccomp filter, say),
+    the affinity already held is the best answer there is, as before.
+    """
+    started = get_affinity("cannot read this process's allowed CPUs")
+    try:
+        posix.sched_setaffinity(0, ALL_CPUS)
+    except OSError:
+        return started, started
+    return get_affinity("cannot read this process's allowed CPUs"), started
 
 
 def getenv(environ: dict[bytes, bytes], name: str) -> str | None:
@@ -378,23 +440,15 @@ def run(argv: list[str]) -> IsolateError | None:
         return None
     environ = dict(posix.environ)
     cpus = pool_cpus(req.pool, environ)
-    try:
-        allowed = posix.sched_getaffinity(0)
-    except OSError as err:
-        raise IsolateError(
-            f"cannot read this process's allowed CPUs: {errno_text(err.errno or 0)}", EXIT_AFFINITY
-        ) from None
+    allowed, started = cpuset_cpus()
     check_allowed(req.pool, cpus, allowed)
     if req.socket_id != -1 and POOLS[req.pool][2]:
         root = getenv(environ, ENV_SYSFS_ROOT) or DEFAULT_SYSFS_ROOT
         cpus = on_socket(req.pool, cpus, req.socket_id, [read_package(root, cpu) for cpu in cpus])
     if not req.no_affinity:
-        try:
-            posix.sched_setaffinity(0, cpus)
-        except OSError as err:
-            raise IsolateError(
-                f"cannot pin to CPUs {format_cpu_list(cpus)}: {errno_text(err.errno or 0)}", EXIT_AFFINITY
-            ) from None
+        pin(cpus)
+    elif allowed != started:  # the workload pins itself: give back the affinity it came with
+        set_affinity(started, f"cannot restore this process's CPUs {format_cpu_list(sorted(started))}")
     environ[ENV_ASSIGNED.encode()] = ",".join(map(str, cpus)).encode()
     environ[ENV_ASSIGNED_MASK.encode()] = format_cpu_mask(cpus).encode()
     return exec_command(req.command, req.args, environ)

@@ -407,17 +407,12 @@ static int pool_cpus(const char *name, const struct pool **pool, cpuset *cpus)
     return parse_env_cpus(p->var, raw, cpus) ? fail(EXIT_MALFORMED) : 0;
 }
 
-static int check_allowed(const struct pool *p, const cpuset *cpus)
+static int check_allowed(const struct pool *p, const cpuset *cpus, const cpuset *allowed)
 {
-    cpuset allowed = {0}, missing = {0};
+    cpuset missing = {0};
     int count = 0;
-    if (syscall(SYS_sched_getaffinity, 0, sizeof allowed, &allowed) < 0) {
-        s_add(&msg, "cannot read this process's allowed CPUs: ");
-        s_errno(&msg, errno);
-        return fail(EXIT_AFFINITY);
-    }
     for (unsigned c = 0; c < MAX_CPUS; c++)
-        if (cs_has(cpus, c) && !cs_has(&allowed, c)) {
+        if (cs_has(cpus, c) && !cs_has(allowed, c)) {
             cs_add(&missing, c);
             count++;
         }
@@ -429,9 +424,72 @@ static int check_allowed(const struct pool *p, const cpuset *cpus)
     s_add(&msg, p->name);
     s_add(&msg, count == 1 ? " pool is" : " pool are");
     s_add(&msg, " not allowed in this container (allowed: ");
-    s_ranges(&msg, &allowed);
+    s_ranges(&msg, allowed);
     s_add(&msg, ")");
     return fail(EXIT_NOT_ALLOWED);
+}
+
+/* ---- isolate: affinity ----------------------------------------------------
+ *
+ * The CPUs a container may use are its cpuset's, not the affinity it started
+ * with (read pinner/isolate.py: since Linux 6.2 that may still be the
+ * runtime's). The kernel intersects every request with the cpuset, so asking
+ * for all CPUs and reading back yields the cpuset.
+ */
+
+/* `what` and the errno as one message: the caller's `return fail(...)`. */
+static int affinity_error(const char *what, const cpuset *cpus, int e)
+{
+    s_add(&msg, what);
+    if (cpus)
+        s_ranges(&msg, cpus);
+    s_add(&msg, ": ");
+    s_errno(&msg, e);
+    return fail(EXIT_AFFINITY);
+}
+
+static int get_affinity(cpuset *out)
+{
+    memset(out, 0, sizeof *out); /* the kernel writes only its own mask size */
+    return syscall(SYS_sched_getaffinity, 0, sizeof *out, out) < 0 ? -1 : 0;
+}
+
+static int set_affinity(const cpuset *cpus)
+{
+    return syscall(SYS_sched_setaffinity, 0, sizeof *cpus, cpus) < 0 ? -1 : 0;
+}
+
+/* *allowed: the cpuset's CPUs, which this process is left on; *started: the affinity it came with.
+ * If the kernel refuses to widen it (a seccomp filter, say), the affinity held is the best answer. */
+static int cpuset_cpus(cpuset *allowed, cpuset *started)
+{
+    static cpuset all;
+    if (get_affinity(started))
+        return affinity_error("cannot read this process's allowed CPUs", NULL, errno);
+    memset(&all, 0xff, sizeof all);
+    if (set_affinity(&all)) {
+        *allowed = *started;
+        return 0;
+    }
+    if (get_affinity(allowed))
+        return affinity_error("cannot read this process's allowed CPUs", NULL, errno);
+    return 0;
+}
+
+/* Pin, then read back: a pin the kernel narrowed or moved (the cpuset changed under us) is refused. */
+static int pin(const cpuset *cpus)
+{
+    static cpuset got;
+    if (set_affinity(cpus) || get_affinity(&got))
+        return affinity_error("cannot pin to CPUs ", cpus, errno);
+    if (!memcmp(&got, cpus, sizeof got))
+        return 0;
+    s_add(&msg, "cannot pin to CPUs ");
+    s_ranges(&msg, cpus);
+    s_add(&msg, ": the kernel set CPUs ");
+    s_ranges(&msg, &got);
+    s_add(&msg, " (did the container's cpuset change?)");
+    return fail(EXIT_AFFINITY);
 }
 
 /* ---- isolate: --socket-id ------------------------------------------------ */
@@ -626,7 +684,7 @@ static int isolate(int argc, char **argv)
 {
     struct request r;
     const struct pool *pool = NULL;
-    static cpuset cpus;
+    static cpuset cpus, allowed, started;
     int status = parse_args(argc, argv, &r);
     if (status)
         return status;
@@ -640,20 +698,20 @@ static int isolate(int argc, char **argv)
         }
         return EXIT_HELP;
     }
-    if ((status = pool_cpus(r.pool, &pool, &cpus)) || (status = check_allowed(pool, &cpus)))
+    if ((status = pool_cpus(r.pool, &pool, &cpus)) || (status = cpuset_cpus(&allowed, &started)) ||
+        (status = check_allowed(pool, &cpus, &allowed)))
         return status;
     if (r.socket_id != -1 && pool->socket_aware) {
         const char *root = getenv(ENV_SYSFS_ROOT);
         if ((status = on_socket(pool, &cpus, r.socket_id, root && *root ? root : DEFAULT_SYSFS_ROOT)))
             return status;
     }
-    if (!r.no_affinity && syscall(SYS_sched_setaffinity, 0, sizeof cpus, &cpus) < 0) {
-        int e = errno;
-        s_add(&msg, "cannot pin to CPUs ");
-        s_ranges(&msg, &cpus);
-        s_add(&msg, ": ");
-        s_errno(&msg, e);
-        return fail(EXIT_AFFINITY);
+    if (!r.no_affinity) {
+        if ((status = pin(&cpus)))
+            return status;
+    } else if (memcmp(&allowed, &started, sizeof allowed) && set_affinity(&started)) {
+        /* the workload pins itself: give back the affinity it came with */
+        return affinity_error("cannot restore this process's CPUs ", &started, errno);
     }
     set_assigned_env(&cpus);
     return exec_command(r.command, r.args, r.nargs);

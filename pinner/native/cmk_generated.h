@@ -80,7 +80,7 @@ static const char HELP[] =
     "    5  the pool's variable is not a cpu list\n"
     "    6  CPUs not allowed in this container\n"
     "    7  --socket-id: no CPU on that socket, or sysfs unreadable\n"
-    "    8  the kernel refused the affinity\n"
+    "    8  the kernel refused the affinity, or set another one\n"
     "  126  COMMAND not executable   127  COMMAND not found\n";
 
 /* cmk hook, from pinner/hook.py */

@@ -47,6 +47,29 @@ def test_seed_command_line_pins_the_container_process(image: str, install_dir: P
     assert inspect == "false"
 
 
+def test_affinity_inherited_from_the_runtime_does_not_hide_the_pool_cpus(
+    image: str, install_dir: Path, container_name: str
+) -> None:
+    """runc < 1.3.1 on Linux 6.2+: the container keeps the affinity podman was started with (CPU 0,
+    as the housekeeping CPUs on an isolcpus node), narrower than its cpuset (0-1). The pinner still
+    pins to the pool's CPU 1, which only the cpuset allows."""
+    on_cpu0 = ["taskset", "-c", "0", *RUN, "--cpuset-cpus", "0-1"]
+    plain = subprocess.run(
+        [*on_cpu0, "--rm", image, "grep", "^Cpus_allowed_list:", "/proc/self/status"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert (plain.returncode, plain.stdout) == (0, "Cpus_allowed_list:\t0\n"), plain.stderr  # the runtime's affinity
+    started = subprocess.run(
+        [*on_cpu0, "-d", "--name", container_name, *mount(install_dir), *env_flags(ALLOCATE_ENV), image, *SEED_COMMAND],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    pid = int(podman("inspect", "--format", "{{.State.Pid}}", container_name).stdout)
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    assert (status["Name"], status["Cpus_allowed_list"]) == ("sleep", "1")
+
+
 def test_pod_deletion_sigterm_reaches_the_workload_as_pid_1(
     image: str, install_dir: Path, container_name: str
 ) -> None:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from tests.pinner.native import ensure_native_pinner
 
 ROOT = Path(__file__).resolve().parents[2]
 ISOLATE_PY = ROOT / "pinner" / "cmk_isolate.py"
+CPUSET_V1 = Path("/sys/fs/cgroup/cpuset")
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 
 
@@ -34,13 +36,21 @@ class Pinner:
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return {**BASE_ENV, **(extra or {})}
 
-    def run(self, args: Sequence[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, args: Sequence[str], env: dict[str, str] | None = None, launcher: Sequence[str] = ()
+    ) -> subprocess.CompletedProcess[str]:
+        """``launcher`` execs the pinner as a runtime would (joining a cgroup, setting an affinity)."""
         return subprocess.run(
-            self.argv(args), env=self.env(env), cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+            [*launcher, *self.argv(args)], env=self.env(env), cwd=ROOT, capture_output=True, text=True, timeout=60,
+            check=False,
         )
 
-    def popen(self, args: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.argv(args), env=self.env(env), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    def popen(
+        self, args: Sequence[str], env: dict[str, str] | None = None, launcher: Sequence[str] = ()
+    ) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [*launcher, *self.argv(args)], env=self.env(env), cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
 
 
 @pytest.fixture(scope="session")
@@ -66,8 +76,30 @@ def topology(name: str) -> Path:
     raise FileNotFoundError(f"topology fixture {name} not found beside {ROOT}")
 
 
-def allowed_here() -> str:
-    """This process's CPUs in list form: what the pinner it starts reports as allowed."""
+def affinity_here() -> str:
+    """This process's affinity in list form: what a child started without ``before`` inherits."""
     from pinner.cpulist import format_cpu_list
 
     return format_cpu_list(os.sched_getaffinity(0))
+
+
+def cpuset_here() -> str:
+    """This process's cpuset CPUs, read from the cgroup filesystem (v1, else v2).
+
+    What the pinner must report as allowed: a different source than the
+    pinner's own probe, so the two can disagree.
+    """
+    path = Path("/proc/self/cpuset").read_text().strip().lstrip("/")
+    for candidate in (CPUSET_V1 / path / "cpuset.effective_cpus", Path("/sys/fs/cgroup") / path / "cpuset.cpus.effective"):
+        if candidate.is_file():
+            return candidate.read_text().strip()
+    raise FileNotFoundError(f"no cpuset cgroup file for /{path} under /sys/fs/cgroup")
+
+
+def on_cpus(cpus: str) -> list[str]:
+    """A launcher starting the pinner with affinity ``cpus``, narrower than the cpuset: as the
+    runtime's affinity stays with a container on Linux 6.2+ when runc < 1.3.1 does not reset it."""
+    return [TASKSET, "-c", cpus]
+
+
+TASKSET = shutil.which("taskset") or "/usr/bin/taskset"

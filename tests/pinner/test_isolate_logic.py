@@ -48,3 +48,12 @@ def test_socket_filter_keeps_the_cpus_of_that_package() -> None:
 def test_exit_statuses_are_distinct() -> None:
     statuses = [value for name, value in vars(isolate).items() if name.startswith("EXIT_")]
     assert len(statuses) == len(set(statuses))
+
+
+def test_a_pin_the_kernel_changed_is_refused_naming_both_sets() -> None:
+    isolate.check_pinned([2, 3], {2, 3})
+    with pytest.raises(IsolateError) as err:
+        isolate.check_pinned([2, 3], {2})
+    assert (err.value.status, str(err.value)) == (
+        isolate.EXIT_AFFINITY, "cannot pin to CPUs 2-3: the kernel set CPUs 2 (did the container's cpuset change?)"
+    )

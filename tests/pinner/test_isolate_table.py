@@ -4,6 +4,12 @@ Each case runs the pinner as a real process on this machine's CPUs (0 and 1).
 Successful cases run a shell that prints what the kernel reports for itself
 (``Cpus_allowed_list``) and the exported variables; error cases check the exact
 one-line message and exit status, identical for the Python and the C pinner.
+
+Every case runs twice: with this process's affinity, and started on CPU 0 only
+while its cpuset allows 0-1, as a container whose runtime did not reset the
+affinity it inherited (runc < 1.3.1 on Linux 6.2+). The outcome must be the
+same: the pinner goes by the cpuset ({cpuset}); only ``--no-affinity`` leaves
+the inherited affinity ({affinity}) in place.
 """
 
 from __future__ import annotations
@@ -15,7 +21,13 @@ from pathlib import Path
 import pytest
 
 from pinner.isolate import HELP
-from tests.pinner.conftest import Pinner, allowed_here, topology
+from tests.pinner.conftest import (
+    Pinner,
+    affinity_here,
+    cpuset_here,
+    on_cpus,
+    topology,
+)
 
 TOPOLOGY_4S = topology("hwloc-16em64t-4s2c2t") / "sys"  # cpu0 is on socket 0, cpu1 on socket 1
 SCRIPT = 'grep ^Cpus_allowed_list: /proc/self/status; echo "A=$CMK_CPUS_ASSIGNED M=$CMK_CPUS_ASSIGNED_MASK"'
@@ -35,7 +47,7 @@ class Case:
     id: str
     args: list[str]
     status: int
-    stderr: str = ""  # the exact stderr; "{tmp}" and "{allowed}" are filled in
+    stderr: str = ""  # the exact stderr; "{tmp}", "{cpuset}" and "{affinity}" are filled in
     stdout: str | None = None  # exact stdout, when it matters
     env: dict[str, str] = field(default_factory=dict)
 
@@ -55,9 +67,9 @@ CASES = [
     Case("other-pools-ignored", ["--pool=exclusive", "--", "sh", "-c", SCRIPT], 0,
          stdout=shows("1", "1", "2"), env={"CMK_CPUS_EXCLUSIVE": "1", "CMK_CPUS_SHARED": "x", "CMK_CPUS_INFRA": ""}),
     Case("no-affinity-pins-nothing", ["--pool=exclusive", "--no-affinity", "sh", "--", "-c", SCRIPT], 0,
-         stdout=shows("{allowed}", "1", "2"), env={"CMK_CPUS_EXCLUSIVE": "1"}),
+         stdout=shows("{affinity}", "1", "2"), env={"CMK_CPUS_EXCLUSIVE": "1"}),
     Case("option-between-command-and-dashes", ["--pool=exclusive", "sh", "--no-affinity", "--", "-c", SCRIPT], 0,
-         stdout=shows("{allowed}", "1", "2"), env={"CMK_CPUS_EXCLUSIVE": "1"}),
+         stdout=shows("{affinity}", "1", "2"), env={"CMK_CPUS_EXCLUSIVE": "1"}),
     Case("workload-exit-status-is-returned", ["--pool=shared", "sh", "--", "-c", "exit 7"], 7,
          env={"CMK_CPUS_SHARED": "0"}),
     Case("args-after-dashes-untouched", ["--pool=shared", "sh", "--", "-c", 'echo "$@"', "x", "--pool=y", "--"], 0,
@@ -136,10 +148,10 @@ CASES = [
          E + "CMK_CPUS_EXCLUSIVE='0, 1?' is not a cpu list: ' 1?' is not a CPU number" + HINT,
          env={"CMK_CPUS_EXCLUSIVE": "0, 1\x01"}),
     Case("cpus-not-allowed", ["--pool=shared", "true"], 6,
-         E + "CPUs 4000-4001 of the shared pool are not allowed in this container (allowed: {allowed})",
+         E + "CPUs 4000-4001 of the shared pool are not allowed in this container (allowed: {cpuset})",
          env={"CMK_CPUS_SHARED": "0,4000-4001"}),
     Case("cpu-not-allowed-even-with-no-affinity", ["--no-affinity", "--pool=exclusive", "true"], 6,
-         E + "CPU 4000 of the exclusive pool is not allowed in this container (allowed: {allowed})",
+         E + "CPU 4000 of the exclusive pool is not allowed in this container (allowed: {cpuset})",
          env={"CMK_CPUS_EXCLUSIVE": "4000"}),
     # --- the command: 127 not found, 126 not executable, as shells ---
     Case("command-not-in-path", ["--pool=shared", "no-such-command"], 127,
@@ -178,14 +190,21 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def fill(text: str, tmp: Path) -> str:
-    return text.replace("{tmp}", str(tmp)).replace("{allowed}", allowed_here())
+INHERITED = {"own-affinity": [], "inherited-cpu0": on_cpus("0")}
 
 
+def fill(text: str, tmp: Path, affinity: str) -> str:
+    return text.replace("{tmp}", str(tmp)).replace("{cpuset}", cpuset_here()).replace("{affinity}", affinity)
+
+
+@pytest.mark.parametrize("inherited", INHERITED)
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_isolate(pinner: Pinner, case: Case, tmp: Path) -> None:
-    env = {name: fill(value, tmp) for name, value in case.env.items()}
-    result = pinner.run([fill(arg, tmp) for arg in case.args], env)
-    assert (result.returncode, result.stderr) == (case.status, fill(case.stderr + "\n" if case.stderr else "", tmp))
+def test_isolate(pinner: Pinner, case: Case, tmp: Path, inherited: str) -> None:
+    launcher = INHERITED[inherited]
+    affinity = "0" if launcher else affinity_here()
+    env = {name: fill(value, tmp, affinity) for name, value in case.env.items()}
+    result = pinner.run([fill(arg, tmp, affinity) for arg in case.args], env, launcher)
+    expected_stderr = fill(case.stderr + "\n" if case.stderr else "", tmp, affinity)
+    assert (result.returncode, result.stderr) == (case.status, expected_stderr)
     if case.stdout is not None:
-        assert result.stdout == fill(case.stdout, tmp)
+        assert result.stdout == fill(case.stdout, tmp, affinity)

@@ -1,0 +1,114 @@
+"""The pinner goes by the container's cpuset, whatever affinity it inherited.
+
+Since Linux 6.2 a task that joins a cpuset keeps its affinity, so a container
+whose runtime does not reset it (runc < 1.3.1, crun < 1.10) starts on the
+runtime's CPUs: on an isolcpus node the housekeeping ones, without the
+exclusive pool's. Each test starts the pinner in its own real cpuset cgroup
+(v1, a uniquely named child of /sys/fs/cgroup/cpuset), joined before exec as a
+runtime does, and reads the result from ``/proc/PID/status``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.pinner.conftest import CPUSET_V1, Pinner, on_cpus
+from tests.pinner.test_isolate_process import (
+    WAIT_FOR_SIGNAL,
+    environ,
+    status_field,
+    stop,
+)
+
+
+@contextlib.contextmanager
+def cpuset_cgroup(cpus: str) -> Iterator[Path]:
+    """A fresh cpuset cgroup allowing ``cpus`` (memory nodes as its parent's); removed afterwards."""
+    path = CPUSET_V1 / f"cmk-test-allowed-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    path.mkdir()
+    try:
+        (path / "cpuset.cpus").write_text(cpus)
+        (path / "cpuset.mems").write_text((CPUSET_V1 / "cpuset.mems").read_text())
+        yield path
+    finally:
+        empty(path)
+        path.rmdir()
+
+
+def empty(cgroup: Path) -> None:
+    """Kill what is left in ``cgroup`` (a killed shell's orphaned ``sleep``) and wait until it is gone."""
+    for _ in range(1000):  # a bounded wait: SIGKILLed tasks leave within milliseconds
+        pids = [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    raise AssertionError(f"{cgroup} still holds processes {pids}")
+
+
+def join(cgroup: Path, cpus: str | None = None) -> list[str]:
+    """A launcher doing what a runtime does before exec: join the container's cgroup, then
+    (optionally) get an affinity narrower than its cpuset."""
+    script = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
+    return ["/bin/sh", "-c", script, str(cgroup), *(on_cpus(cpus) if cpus else [])]
+
+
+def test_inherited_affinity_without_the_pool_cpu_is_widened_to_the_pool(pinner: Pinner) -> None:
+    with cpuset_cgroup("0-1") as cgroup:
+        proc = pinner.popen(["--pool=exclusive", "--", "sh", "-c", WAIT_FOR_SIGNAL],
+                            {"CMK_CPUS_EXCLUSIVE": "1"}, join(cgroup, "0"))
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "ready\n"
+            assert Path(f"/proc/{proc.pid}/cpuset").read_text().strip() == "/" + cgroup.name
+            assert status_field(proc.pid, "Cpus_allowed_list") == "1"
+            env = environ(proc.pid)
+            assert (env["CMK_CPUS_ASSIGNED"], env["CMK_CPUS_ASSIGNED_MASK"]) == ("1", "2")
+        finally:
+            stop(proc)
+
+
+def test_no_affinity_checks_the_cpuset_but_keeps_the_inherited_affinity(pinner: Pinner) -> None:
+    with cpuset_cgroup("0-1") as cgroup:
+        proc = pinner.popen(["--pool=exclusive", "--no-affinity", "--", "sh", "-c", WAIT_FOR_SIGNAL],
+                            {"CMK_CPUS_EXCLUSIVE": "1"}, join(cgroup, "0"))
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "ready\n"
+            assert status_field(proc.pid, "Cpus_allowed_list") == "0"
+            assert environ(proc.pid)["CMK_CPUS_ASSIGNED"] == "1"
+        finally:
+            stop(proc)
+
+
+def test_cpus_outside_the_cpuset_are_refused_naming_the_cpuset(pinner: Pinner) -> None:
+    with cpuset_cgroup("0") as cgroup:
+        result = pinner.run(["--pool=exclusive", "true"], {"CMK_CPUS_EXCLUSIVE": "1"}, join(cgroup))
+    assert (result.returncode, result.stderr) == (
+        6, "cmk isolate: error: CPU 1 of the exclusive pool is not allowed in this container (allowed: 0)\n"
+    )
+
+
+def test_cpus_outside_the_cpuset_are_refused_with_no_affinity_too(pinner: Pinner) -> None:
+    with cpuset_cgroup("0") as cgroup:
+        result = pinner.run(["--no-affinity", "--pool=shared", "true"], {"CMK_CPUS_SHARED": "0-1"}, join(cgroup))
+    assert (result.returncode, result.stderr) == (
+        6, "cmk isolate: error: CPU 1 of the shared pool is not allowed in this container (allowed: 0)\n"
+    )
+
+
+def test_the_whole_cpuset_is_allowed_when_the_inherited_affinity_is_one_cpu(pinner: Pinner) -> None:
+    """The message names the cpuset (0-1), not the single CPU the process was started on."""
+    with cpuset_cgroup("0-1") as cgroup:
+        result = pinner.run(["--pool=shared", "true"], {"CMK_CPUS_SHARED": "0-2"}, join(cgroup, "0"))
+    assert (result.returncode, result.stderr) == (
+        6, "cmk isolate: error: CPU 2 of the shared pool is not allowed in this container (allowed: 0-1)\n"
+    )
