@@ -17,6 +17,7 @@ from deviceplugin.errors import CmkError
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("deviceplugin.cmd_describe", "show the CPU topology and the pool plan"),
+    "demo": ("deviceplugin.cmd_demo", "run the seed pod on this machine with no cluster: daemon, kubelet stand-in, pinned processes"),
     "device-plugin": ("deviceplugin.cmd_device_plugin", "serve the pools to the kubelet (the node daemon)"),
     "install": ("deviceplugin.cmd_install", "install the self-contained pinner into the host's install directory"),
 }
