@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_plan_arguments(parser)
     group = parser.add_argument_group("demo")
     group.add_argument("--hold", type=_seconds, default=0.0, metavar="SECONDS",
-                       help="keep the pod's processes running this long before deleting the pod, "
-                            "to inspect them (e.g. taskset -cp PID); Ctrl-C ends early (default: 0)")
+                       help="keep the pod's processes running this long before deleting the pod, to "
+                            "inspect them (e.g. taskset -cp PID); Enter goes on early (default: 0)")
     group.add_argument("--log-level", default="ERROR", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                        help="log threshold of the daemon and the stand-in, on stderr (default: ERROR)")
 
@@ -51,11 +51,15 @@ def _raise_terminated(signum: int, _frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
+    # gRPC's C core logs connection teardown at INFO when Ctrl-C cuts a registration short.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from deviceplugin.demo import Demo, DemoSettings
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = DemoSettings(sysfs_root=Path(args.sysfs_root), procfs_root=Path(args.procfs_root),
-                            plan=plan_options(args), hold=args.hold)
+                            plan=plan_options(args), hold=args.hold, stdin=sys.stdin)
 
     def write(line: str) -> None:
         print(line, flush=True)  # line by line: a reader (a test, a pipe) sees each step as it happens

@@ -17,6 +17,7 @@ signals ignored meanwhile, so no process, socket or directory outlives it.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from deviceplugin import demo_view as view
 from deviceplugin.answers import ENV_NAMES
@@ -38,6 +40,7 @@ from deviceplugin.plan import PlanOptions, Pool
 from deviceplugin.sysfs import discover
 from deviceplugin.topology import Topology
 from pinner.cpulist import format_cpu_list, parse_cpu_list
+from pinner.isolate import EXIT_NOT_ALLOWED
 
 #: The workload's PATH inside the "container" (a common image default).
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -53,6 +56,7 @@ class DemoSettings:
     procfs_root: Path = Path("/proc")
     plan: PlanOptions = field(default_factory=PlanOptions)
     hold: float = 0.0
+    stdin: TextIO | None = None  # a line here ends the hold early (Enter at a terminal; a test writes one)
 
 
 @dataclass
@@ -64,8 +68,9 @@ class _Running:
     popen: subprocess.Popen[bytes]
     argv: tuple[str, ...]
     cpus: frozenset[int]
-    unpinned_because: str
-    affinity: str = ""
+    unpinnable: str  # why the pinner will refuse the CPUs here; "" when it can pin them
+    affinity: str = ""  # Cpus_allowed_list once the workload runs
+    refusal: str = ""  # the pinner's one-line error when it refused, as ``unpinnable`` predicted
 
 
 def cpus_allowed_list(pid: int) -> str:
@@ -81,6 +86,20 @@ def _exe(pid: int) -> str | None:
         return os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return None
+
+
+def hold(seconds: float, stdin: TextIO | None) -> None:
+    """Sleep ``seconds``, or less if a line arrives on ``stdin``; a closed stdin (``< /dev/null``) just sleeps."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if stdin is None:
+            time.sleep(left)
+            return
+        readable, _, _ = select.select([stdin], [], [], left)
+        if readable:
+            if stdin.readline():
+                return
+            stdin = None  # end of file: nobody will press Enter
 
 
 @contextmanager
@@ -178,14 +197,14 @@ class Demo:
             self.out(f"  note: {note}")
 
         self._section("2. The node, as kubectl describe node shows it")
-        self._node(kubelet)
+        self._node(kubelet, full=True)
 
         self._section(f"3. Admit pod {view.POD_NAME}: one container per pool, one device each")
         for container in containers:
             if container.note:
                 self.out(f"  note: {container.note}")
         pod = kubelet.admit(PodSpec(view.POD_NAME, tuple(
-            ContainerSpec(c.name, c.command(pin=True), {c.resource: 1}) for c in containers)))
+            ContainerSpec(c.name, c.command, {c.resource: 1}) for c in containers)))
         self._stack.callback(_quietly("deleting the pod", lambda: self._delete_pod(kubelet, report=False)))
         admitted = [(c, pod.container(c.name)) for c in containers]
         rows = [["CONTAINER", "REQUESTS (limits)", "DEVICES", "ALLOCATE ANSWER (env)"]]
@@ -197,20 +216,27 @@ class Demo:
             self.out(f"  mount (every answer): {mount[0]} <- {mount[1]}{' (read-only)' if mount[2] else ''}")
 
         self._section("4. Run each container's command through the pinner, with its Allocate env")
+        if not this_machine:
+            self.out("  note: the topology is a dump, not this machine, so the Allocate answers name the dump's CPUs. "
+                     "Where this machine has the same CPU numbers the pinner pins to them for real; where it has "
+                     "not, the pinner refuses to start the workload (as in a container whose cpuset lacks them) "
+                     "and the demo shows its refusal instead of an affinity")
+        self.out(*view.table([["CONTAINER", f"COMMAND ({view.PINNER} runs from the mount above)"]]
+                             + [[c.name, " ".join(c.command)] for c in containers]))
         allowed = frozenset(os.sched_getaffinity(0))
         for container, got in admitted:
-            self._start(container, got, this_machine=this_machine, allowed=allowed)
+            self._start(container, got, allowed=allowed)
         for running in self._running:
             self._await_exec(running, pinner)
         self._show_processes()
 
-        self._section("5. The node with the pod running")
+        self._section("5. The node while the pod holds its devices")
         self._node(kubelet)
         if s.hold > 0:
-            pids = " ".join(str(r.popen.pid) for r in self._running)
-            self.out("", f"holding {s.hold:g} s: inspect with  taskset -cp PID  (PIDs {pids}); "
-                         "Ctrl-C ends the demo and cleans up")
-            time.sleep(s.hold)
+            pids = " ".join(str(r.popen.pid) for r in self._running if not r.refusal) or "none running"
+            self.out("", f"holding {s.hold:g} s (PIDs: {pids}): inspect them, e.g. taskset -cp PID; "
+                         "Enter goes on now, Ctrl-C stops and cleans up")
+            hold(s.hold, self.settings.stdin)
 
         self._section("6. Delete the pod: SIGTERM its processes, free its devices")
         self._delete_pod(kubelet)
@@ -220,9 +246,10 @@ class Demo:
         with _signals_ignored():
             self._stack.close()
         self.out(f"  device plugin stopped (sockets removed), kubelet stand-in stopped, {workdir} removed")
-        pinned = [r for r in self._running if not r.unpinned_because]
-        self.out("", f"done: {len(pinned)} of {len(self._running)} containers ran pinned to the CPUs their devices name"
-                     + ("" if len(pinned) == len(self._running) else "; the others ran unpinned, as said above"))
+        pinned = sum(1 for r in self._running if not r.refusal)
+        self.out("", f"done: {pinned} of {len(self._running)} containers ran pinned to the CPUs their devices name"
+                     + ("" if pinned == len(self._running) else
+                        f"; the pinner refused {len(self._running) - pinned} whose CPUs this machine does not have"))
 
     # --- steps ----------------------------------------------------------------------------
 
@@ -255,30 +282,27 @@ class Demo:
             source = workdir / "build" / "cmk"
         return install_pinner(source, install_dir)
 
-    def _node(self, kubelet: Kubelet) -> None:
+    def _node(self, kubelet: Kubelet, *, full: bool = False) -> None:
         allocated: dict[str, int] = {}
         for pod in kubelet.pods():
             for container in pod.containers:
                 for resource, ids in container.device_ids.items():
                     allocated[resource] = allocated.get(resource, 0) + len(ids)
         allocatable = kubelet.allocatable()
-        self.out(*view.node_status(kubelet.capacity(), allocatable, allocated))
-        self.out(f"  ({view.free_line(allocatable, allocated)})")
+        lines = view.node_status(kubelet.capacity(), allocatable, allocated)
+        if not full:
+            lines = lines[lines.index("Allocated resources:"):]
+        self.out(*("  " + line for line in lines))
+        self.out(f"  {view.free_line(allocatable, allocated)}")
+        if not full:
+            self.out("  (Capacity and Allocatable are unchanged: like a kubelet, they count healthy devices, held or not)")
 
-    def _start(self, container: view.DemoContainer, got: AdmittedContainer, *, this_machine: bool,
-               allowed: frozenset[int]) -> None:
+    def _start(self, container: view.DemoContainer, got: AdmittedContainer, *, allowed: frozenset[int]) -> None:
         cpus = parse_cpu_list(got.envs[ENV_NAMES[container.pool]])
-        reason = view.unpinnable_reason(cpus, this_machine=this_machine, allowed=allowed,
-                                        sysfs_root=str(self.settings.sysfs_root))
-        command = container.command(pin=not reason)
-        argv = view.host_argv(command, [(m.container_path, m.host_path) for m in got.answer.mounts])
-        self.out(f"  {container.name}: $ {' '.join(command)}")
-        if reason:
-            self.out(f"    not pinned: {reason}, so this machine cannot hold them; --no-affinity added "
-                     "(the pinner exports CMK_CPUS_ASSIGNED and pins nothing)")
+        argv = view.host_argv(container.command, [(m.container_path, m.host_path) for m in got.answer.mounts])
         popen = subprocess.Popen(argv, env={"PATH": CONTAINER_PATH, **got.envs}, stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-        self._running.append(_Running(container, got, popen, tuple(argv), cpus, reason))
+        self._running.append(_Running(container, got, popen, tuple(argv), cpus, view.unpinnable_reason(cpus, allowed=allowed)))
         self._stack.callback(_quietly(f"stopping pid {popen.pid}", lambda: _stop_process(popen)))
 
     def _await_exec(self, running: _Running, pinner: Path) -> None:
@@ -288,24 +312,31 @@ class Demo:
         while _exe(popen.pid) in (None, os.path.realpath(pinner)):
             if popen.poll() is not None:
                 error = popen.stderr.read().decode(errors="replace").strip() if popen.stderr else ""
+                if running.unpinnable and popen.returncode == EXIT_NOT_ALLOWED:
+                    running.refusal = error
+                    return
                 raise CmkError(f"container {name}: the pinner {_exit_text(popen.returncode)}: {error or 'no message'}")
             if time.monotonic() > deadline:
                 raise CmkError(f"container {name}: the pinner (pid {popen.pid}) did not exec its workload within {START_TIMEOUT:g} s")
             time.sleep(0.005)
         running.affinity = cpus_allowed_list(popen.pid)
         actual = parse_cpu_list(running.affinity)
-        if not running.unpinned_because and actual != running.cpus:
+        if actual != running.cpus:
             raise CmkError(f"container {name}: pid {popen.pid} runs on CPUs {running.affinity} "
                            f"but its devices name {format_cpu_list(running.cpus)}")
 
     def _show_processes(self) -> None:
         rows = [["CONTAINER", "PID", "DEVICES", "CPUS (devices)", "AFFINITY (taskset -cp PID, read from /proc)"]]
         for r in self._running:
-            affinity = view.affinity_text(r.popen.pid, r.affinity) + ("  [not pinned]" if r.unpinned_because else "")
-            rows.append([r.container.name, str(r.popen.pid), " ".join(r.admitted.device_ids[r.container.resource]),
-                         format_cpu_list(r.cpus), affinity])
+            refused = f"none: the pinner refused (exit {EXIT_NOT_ALLOWED}), no workload runs"
+            rows.append([r.container.name, "-" if r.refusal else str(r.popen.pid),
+                         " ".join(r.admitted.device_ids[r.container.resource]), format_cpu_list(r.cpus),
+                         refused if r.refusal else view.affinity_text(r.popen.pid, r.affinity)])
         self.out("", *view.table(rows))
-        exclusive = [r for r in self._running if r.container.pool == Pool.EXCLUSIVE and not r.unpinned_because]
+        for r in self._running:
+            if r.refusal:
+                self.out(f"  {r.container.name}: {r.unpinnable}; the pinner said: {r.refusal}")
+        exclusive = [r for r in self._running if r.container.pool == Pool.EXCLUSIVE and not r.refusal]
         others = frozenset().union(*(r.cpus for r in self._running if r.container.pool != Pool.EXCLUSIVE))
         for r in exclusive:
             shared_cpus = r.cpus & others

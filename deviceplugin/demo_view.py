@@ -38,10 +38,9 @@ class DemoContainer:
     def resource(self) -> str:
         return RESOURCE_NAMES[self.pool]
 
-    def command(self, *, pin: bool) -> tuple[str, ...]:
-        """The seed's command; ``--no-affinity`` when this machine cannot hold the CPUs it was given."""
-        flags = () if pin else ("--no-affinity",)
-        return (PINNER, "isolate", f"--pool={self.pool}", *flags, "--namespace=cmk-namespace", "sleep", "--", "inf")
+    @property
+    def command(self) -> tuple[str, ...]:
+        return (PINNER, "isolate", f"--pool={self.pool}", "--namespace=cmk-namespace", "sleep", "--", "inf")
 
 
 def plan_summary(plan: PoolPlan) -> str:
@@ -86,15 +85,18 @@ def host_argv(command: Sequence[str], mounts: Iterable[tuple[str, str]]) -> list
     raise ValueError(f"{program} is under no mount of the Allocate answer ({', '.join(c for c, _ in mounts) or 'none'})")
 
 
-def unpinnable_reason(cpus: frozenset[int], *, this_machine: bool, allowed: frozenset[int], sysfs_root: str) -> str:
-    """Why the container's CPUs cannot really be pinned here ("" when they can)."""
-    if not this_machine:
-        return (f"its CPUs ({format_cpu_list(cpus)}) are those of the topology at {sysfs_root}, "
-                "not this machine's")
-    if not cpus <= allowed:
-        return (f"its CPUs ({format_cpu_list(cpus)}) are not all allowed to this process "
-                f"(allowed: {format_cpu_list(allowed)})")
-    return ""
+def unpinnable_reason(cpus: frozenset[int], *, allowed: frozenset[int]) -> str:
+    """Why the pinner will refuse these CPUs here ("" when it can pin them).
+
+    The pinner never runs a workload unpinned or half-pinned: CPUs outside
+    its allowed set (a container's cpuset; here, this process's) make it
+    exit with status 6, even with ``--no-affinity``.
+    """
+    missing = cpus - allowed
+    if not missing:
+        return ""
+    which = f"its CPUs {format_cpu_list(cpus)}" if missing == cpus else f"CPUs {format_cpu_list(missing)} of its {format_cpu_list(cpus)}"
+    return f"{which} {'are' if len(missing) > 1 else 'is'} not among this machine's CPUs allowed here ({format_cpu_list(allowed)})"
 
 
 def affinity_text(pid: int, cpus_allowed_list: str) -> str:
@@ -130,7 +132,7 @@ def free_line(allocatable: Mapping[str, int], allocated: Mapping[str, int]) -> s
     """One line: free devices per resource (allocatable minus allocated)."""
     parts = [f"{r.removeprefix(RESOURCE_PREFIX)} {allocatable.get(r, 0) - allocated.get(r, 0)} of {allocatable.get(r, 0)}"
              for r in _ours(allocatable)]
-    return "free devices: " + ", ".join(parts)
+    return "Free devices: " + ", ".join(parts)
 
 
 def unit(pool: Pool, count: int) -> str:
