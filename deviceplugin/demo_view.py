@@ -95,8 +95,10 @@ def unpinnable_reason(cpus: frozenset[int], *, allowed: frozenset[int]) -> str:
     missing = cpus - allowed
     if not missing:
         return ""
-    which = f"its CPUs {format_cpu_list(cpus)}" if missing == cpus else f"CPUs {format_cpu_list(missing)} of its {format_cpu_list(cpus)}"
-    return f"{which} {'are' if len(missing) > 1 else 'is'} not among this machine's CPUs allowed here ({format_cpu_list(allowed)})"
+    several = len(missing) > 1
+    noun = "CPUs" if several else "CPU"
+    which = f"its {noun} {format_cpu_list(cpus)}" if missing == cpus else f"{noun} {format_cpu_list(missing)} of its {format_cpu_list(cpus)}"
+    return f"{which} {'are' if several else 'is'} not among this machine's CPUs allowed here ({format_cpu_list(allowed)})"
 
 
 def affinity_text(pid: int, cpus_allowed_list: str) -> str:
