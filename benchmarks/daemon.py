@@ -47,7 +47,7 @@ EXCLUSIVE = RESOURCE_NAMES[Pool.EXCLUSIVE]
 def start_daemon(plugin_dir: Path, *roots: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "deviceplugin", "device-plugin", "--kubelet-dir", str(plugin_dir), *roots,
-         "--log-level", "WARNING"],
+         "--cdi-dir", str(plugin_dir / "cdi"), "--log-level", "WARNING"],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.DEVNULL,
     )
 

@@ -9,8 +9,10 @@ plugins' answers keeping the first value of each env name and mount path.
 So every pool sets its own env name, and the one mount every pool adds (the
 pinner's install dir at ``/opt/bin``) is identical in all of them.
 
-CDI: a later change fills :attr:`ContainerAnswer.cdi_devices` (fully
-qualified names built from the device IDs); the server already passes them on.
+CDI: with CDI on, every answer also names its pool's CDI device
+(``cmk.intel.com/cpus=<pool>``, see :mod:`deviceplugin.cdi`), whose hook
+confines the container from the runtime side. The name is passed in, so this
+module stays free of the spec's I/O.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ def pinner_mount(install_dir: str) -> Mount:
     return Mount(container_path=PINNER_CONTAINER_DIR, host_path=install_dir, read_only=True)
 
 
-def allocate_answer(devices: PoolDevices, ids: Sequence[str], *, install_dir: str) -> ContainerAnswer:
-    """The env naming the container's CPUs and the pinner mount; DeviceRequestError for bad IDs.
+def allocate_answer(devices: PoolDevices, ids: Sequence[str], *, install_dir: str,
+                    cdi_devices: tuple[str, ...] = ()) -> ContainerAnswer:
+    """The env naming the container's CPUs, the pinner mount and ``cdi_devices``; DeviceRequestError for bad IDs.
 
     Core devices carry their core's CPUs and slot devices the whole pool's,
     so the union over the IDs is right for both kinds.
@@ -84,4 +87,5 @@ def allocate_answer(devices: PoolDevices, ids: Sequence[str], *, install_dir: st
     return ContainerAnswer(
         envs={ENV_NAMES[devices.pool]: format_cpu_csv(cpus)},
         mounts=(pinner_mount(install_dir),),
+        cdi_devices=cdi_devices,
     )

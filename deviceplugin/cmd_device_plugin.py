@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from api.constants import DEVICE_PLUGIN_DIR
+from deviceplugin.cdi import DEFAULT_CDI_DIR
 from deviceplugin.config import KEYS, apply_config, defer_defaults, load_config
 from deviceplugin.options import add_plan_arguments, add_root_arguments, plan_options
 
@@ -28,6 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--install-dir", default="/opt/bin", metavar="DIR",
                        help="host directory holding the pinner (cmk install --install-dir), mounted "
                             "read-only at /opt/bin in every container (default: /opt/bin)")
+    group.add_argument("--cdi", action=argparse.BooleanOptionalAction, default=True,
+                       help="write a CDI spec and name its device in every Allocate answer, so the "
+                            "container runtime's hook confines each container to its CPUs (cgroup cpuset "
+                            "and affinity) even if it never runs cmk isolate. Needs kubelet 1.28+ "
+                            "(DevicePluginCDIDevices: beta and on in 1.29, GA in 1.31) and containerd 1.7+ "
+                            "with enable_cdi, or CRI-O 1.23+; older ones ignore it (default: on)")
+    group.add_argument("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
+                       help="the runtime's CDI spec directory the spec is written into at start and "
+                            f"removed from at exit (default: {DEFAULT_CDI_DIR})")
     group.add_argument("--config", type=Path, metavar="FILE",
                        help="YAML file with any of these flags as keys (e.g. num-exclusive-cores: 4); "
                             "flags given on the command line win")
@@ -43,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = DaemonSettings(kubelet_dir=args.kubelet_dir, sysfs_root=args.sysfs_root,
                               procfs_root=args.procfs_root, install_dir=str(args.install_dir),
-                              plan=plan_options(args))
+                              plan=plan_options(args), cdi_dir=args.cdi_dir if args.cdi else None)
     daemon = Daemon(settings)  # plans now: a bad plan fails here, before anything is served
 
     stop = threading.Event()

@@ -61,6 +61,12 @@ def _cpu_set(value: object) -> frozenset[int]:
     return _cpus(_text(value))
 
 
+def _flag(value: object) -> bool:
+    if type(value) is not bool:
+        raise TypeError("expected true or false")
+    return value
+
+
 def _path(value: object) -> Path:
     return Path(_text(value))
 
@@ -78,6 +84,8 @@ KEYS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "kubelet-dir": ("kubelet_dir", _path),
     "sysfs-root": ("sysfs_root", _path),
     "procfs-root": ("procfs_root", _path),
+    "cdi": ("cdi", _flag),
+    "cdi-dir": ("cdi_dir", _path),
 }
 
 

@@ -34,6 +34,7 @@ from api.constants import (
     validate_device_id,
     validate_resource_name,
 )
+from deviceplugin import cdi
 from deviceplugin.devices import DeviceTree, device_tree, health_changes
 from deviceplugin.errors import CmkError
 from deviceplugin.plan import PlanOptions, PoolPlan, plan_pools
@@ -55,6 +56,8 @@ class DaemonSettings:
     procfs_root: Path = Path("/proc")
     install_dir: str = DEFAULT_INSTALL_DIR
     plan: PlanOptions = field(default_factory=PlanOptions)
+    #: Where to write the CDI spec whose hook confines containers; None: no CDI (the CLI defaults to on).
+    cdi_dir: Path | None = None
 
 
 def socket_name(resource: str) -> str:
@@ -88,6 +91,7 @@ class Daemon:
         self._events: queue.Queue[tuple[str, str]] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="cmk-supervisor", daemon=True)
         self._watchers: list = []
+        self._cdi_written = False
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -98,6 +102,7 @@ class Daemon:
             raise CmkError(f"cannot use --kubelet-dir {self.settings.kubelet_dir}: {err.strerror}") from None
         for note in self.plan.notes:
             log.info("plan: %s", note)
+        self._write_cdi_spec()  # before serving: an Allocate answer may name its devices at once
         self._serve()
         self._watchers = [
             PluginDirWatcher(self.settings.kubelet_dir, kubelet_socket_name=KUBELET_SOCKET_NAME,
@@ -121,6 +126,7 @@ class Daemon:
         self._stop_serving()
         if served:
             log.info("stopped serving %d pools; sockets removed", served)
+        self._remove_cdi_spec()
 
     @property
     def servers(self) -> dict[str, PoolServer]:
@@ -132,13 +138,43 @@ class Daemon:
         registrar = self._registrar
         return registrar is not None and registrar.done and self._registered_with_current_kubelet(registrar)
 
+    # --- CDI ------------------------------------------------------------------------------
+
+    def cdi_devices(self, resource: str) -> tuple[str, ...]:
+        """What the pool's Allocate answers name: its CDI device, or nothing with CDI off."""
+        if self.settings.cdi_dir is None:
+            return ()
+        return (cdi.device_name(self.tree[resource].pool.value),)
+
+    def _write_cdi_spec(self) -> None:
+        if self.settings.cdi_dir is None:
+            return
+        spec = cdi.build_spec([devices.pool.value for devices in self.tree.values()],
+                              cdi.hook_path(self.settings.install_dir))
+        path = cdi.write_spec(spec, self.settings.cdi_dir)
+        self._cdi_written = True
+        log.info("CDI spec %s: devices %s, hook %s", path, ", ".join(d["name"] for d in spec["devices"]),
+                 cdi.hook_path(self.settings.install_dir))
+
+    def _remove_cdi_spec(self) -> None:
+        if self.settings.cdi_dir is None or not self._cdi_written:
+            return
+        try:
+            cdi.remove_spec(self.settings.cdi_dir)
+        except CmkError as err:  # shutting down anyway: say so, do not mask why we stopped
+            log.warning("%s", err)
+            return
+        self._cdi_written = False
+        log.info("CDI spec removed from %s", self.settings.cdi_dir)
+
     # --- serving --------------------------------------------------------------------------
 
     def _serve(self) -> None:
         registrations = []
         for resource, devices in self.tree.items():
             server = PoolServer(devices, socket_path=self.settings.kubelet_dir / socket_name(resource),
-                                install_dir=self.settings.install_dir, prefer=self._prefer)
+                                install_dir=self.settings.install_dir, prefer=self._prefer,
+                                cdi_devices=self.cdi_devices(resource))
             server.start()
             self._servers[resource] = server
             registrations.append(Registration(resource, server.socket_path.name, options_message(devices)))

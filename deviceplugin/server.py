@@ -70,9 +70,10 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     """Serves one resource; :meth:`update` pushes a new snapshot to every open stream."""
 
     def __init__(self, devices: PoolDevices, *, socket_path: Path, install_dir: str,
-                 prefer: Preference) -> None:
+                 prefer: Preference, cdi_devices: tuple[str, ...] = ()) -> None:
         self.socket_path = socket_path
         self._install_dir = install_dir
+        self._cdi_devices = cdi_devices
         self._prefer = prefer
         self._devices = devices
         self._version = 0
@@ -178,7 +179,8 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         responses = []
         for req in request.container_requests:
             try:
-                answer = allocate_answer(devices, list(req.devices_ids), install_dir=self._install_dir)
+                answer = allocate_answer(devices, list(req.devices_ids), install_dir=self._install_dir,
+                                         cdi_devices=self._cdi_devices)
             except DeviceRequestError as err:
                 log.warning("refused allocation: %s", err)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))

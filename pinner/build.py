@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pinner import isolate
+from pinner import hook, isolate
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 SOURCE = PACKAGE_DIR / "native" / "cmk.c"
@@ -86,8 +86,28 @@ def generate_header() -> str:
     lines += ["", "/* X(errno constant, text) */", "#define CMK_ERRNO_TEXTS(X) \\"]
     for name, text in isolate.ERRNO_TEXT.items():
         lines.append(f"    X({name}, {c_string(text)}) \\")
-    lines += ["", f"static const char HELP[] =\n    {c_string(isolate.HELP)};", "", "#endif", ""]
+    lines += ["", f"static const char HELP[] =\n    {c_string(isolate.HELP)};", ""]
+    lines += _hook_lines()
+    lines += ["", "#endif", ""]
     return "\n".join(lines)
+
+
+def _hook_lines() -> list[str]:
+    """``cmk hook``'s constants, prefixed ``HOOK_`` so they sit beside isolate's."""
+    lines = ["/* cmk hook, from pinner/hook.py */", f"#define HOOK_PROG {c_string(hook.PROG)}"]
+    for name in sorted(vars(hook)):
+        if name.startswith("EXIT_"):
+            lines.append(f"#define HOOK_{name} {getattr(hook, name)}")
+    lines += [
+        f"#define HOOK_MAX_JSON_BYTES {hook.MAX_JSON_BYTES}",
+        f"#define HOOK_MAX_JSON_DEPTH {hook.MAX_JSON_DEPTH}",
+        f"#define HOOK_DEFAULT_PROC_ROOT {c_string(hook.DEFAULT_PROC_ROOT)}",
+        f"#define HOOK_ENV_LIST {c_string(hook.ENV_LIST)}",
+        f"#define HOOK_NO_CPUS_HINT {c_string(hook.NO_CPUS_HINT)}",
+        "",
+        f"static const char HOOK_HELP[] =\n    {c_string(hook.HELP)};",
+    ]
+    return lines
 
 
 def _try_compile(compiler: str, output: Path) -> tuple[bool, str]:

@@ -90,6 +90,9 @@ ERRNO_TEXT = {
     "ENOMEM": "out of memory",
     "EINVAL": "invalid argument",
     "EIO": "input/output error",
+    "EBUSY": "device or resource busy",
+    "ESRCH": "no such process",
+    "EROFS": "read-only file system",
 }
 
 HELP = """\

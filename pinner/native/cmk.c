@@ -10,15 +10,19 @@
  * busybox-static, distroless or scratch image. It allocates little, writes
  * each error as one write(2), and execs the command in place.
  *
- * main() dispatches on a subcommand: `isolate` now, the CDI/OCI `hook` later.
+ * main() dispatches on a subcommand: `isolate` (in the workload's container)
+ * or `hook` (the OCI hook the CDI spec adds, run by the runtime on the host;
+ * see pinner/hook.py).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -138,6 +142,7 @@ static void s_errno(str *s, int e)
 }
 
 static str msg;
+static const char *prog = PROG; /* the running subcommand's name, for messages */
 
 /* Print "PROG: error: <msg>\n" as one write and return the status. */
 static int fail_as(const char *prog, int status)
@@ -159,7 +164,7 @@ static int fail_as(const char *prog, int status)
 
 static int fail(int status)
 {
-    return fail_as(PROG, status);
+    return fail_as(prog, status);
 }
 
 static int usage(void)
@@ -305,42 +310,43 @@ static int parse_args(int argc, char **argv, struct request *r)
 
 /* ---- isolate: the pool's CPUs -------------------------------------------- */
 
-static int malformed(const struct pool *p, const char *raw)
+/* Wraps the detail in msg as pool_cpus does in isolate.py; returns -1 (the caller picks the status). */
+static int malformed(const char *var, const char *raw)
 {
-    /* msg holds the detail so far; wrap it as pool_cpus does in isolate.py */
     str detail = msg;
     msg = (str){0};
-    s_add(&msg, p->var);
+    s_add(&msg, var);
     s_add(&msg, "='");
     s_shown(&msg, raw);
     s_add(&msg, "' is not a cpu list: ");
     s_addn(&msg, detail.p, detail.len);
     s_add(&msg, " (" LIST_HINT ")");
     free(detail.p);
-    return fail(EXIT_MALFORMED);
+    return -1;
 }
 
-/* Parses one CPU number of [t, t+n); 0 or the status. */
-static int cpu_number(const struct pool *p, const char *raw, const char *t, size_t n, unsigned *out)
+/* Parses one CPU number of [t, t+n); 0, or -1 with the message in msg. */
+static int cpu_number(const char *var, const char *raw, const char *t, size_t n, unsigned *out)
 {
     if (n > 9 || !is_digits(t, n)) {
         s_add(&msg, "'");
         s_shown_n(&msg, t, n);
         s_add(&msg, "' is not a CPU number");
-        return malformed(p, raw);
+        return malformed(var, raw);
     }
     unsigned long v = 0;
     for (size_t i = 0; i < n; i++)
         v = v * 10 + (unsigned long)(t[i] - '0');
     if (v >= MAX_CPUS) {
         s_addf(&msg, "CPU %lu is out of range (0-%d)", v, MAX_CPUS - 1);
-        return malformed(p, raw);
+        return malformed(var, raw);
     }
     *out = (unsigned)v;
     return 0;
 }
 
-static int parse_env_cpus(const struct pool *p, const char *raw, cpuset *cpus)
+/* Parses a CMK_CPUS_* value into cpus; 0, or -1 with the message in msg. */
+static int parse_env_cpus(const char *var, const char *raw, cpuset *cpus)
 {
     const char *entry = raw;
     for (;;) {
@@ -348,22 +354,22 @@ static int parse_env_cpus(const struct pool *p, const char *raw, cpuset *cpus)
         size_t n = comma ? (size_t)(comma - entry) : strlen(entry);
         if (n == 0) {
             s_add(&msg, "empty entry between commas");
-            return malformed(p, raw);
+            return malformed(var, raw);
         }
         const char *dash = memchr(entry, '-', n);
         size_t first_len = dash ? (size_t)(dash - entry) : n;
         unsigned low, high;
-        int status = cpu_number(p, raw, entry, first_len, &low);
+        int status = cpu_number(var, raw, entry, first_len, &low);
         if (status)
             return status;
         high = low;
-        if (dash && (status = cpu_number(p, raw, dash + 1, n - first_len - 1, &high)))
+        if (dash && (status = cpu_number(var, raw, dash + 1, n - first_len - 1, &high)))
             return status;
         if (high < low) {
             s_add(&msg, "range '");
             s_shown_n(&msg, entry, n);
             s_add(&msg, "' runs backwards");
-            return malformed(p, raw);
+            return malformed(var, raw);
         }
         for (unsigned c = low; c <= high; c++)
             cs_add(cpus, c);
@@ -398,7 +404,7 @@ static int pool_cpus(const char *name, const struct pool **pool, cpuset *cpus)
         s_add(&msg, " in resources.limits");
         return fail(EXIT_NO_CPUS);
     }
-    return parse_env_cpus(p, raw, cpus);
+    return parse_env_cpus(p->var, raw, cpus) ? fail(EXIT_MALFORMED) : 0;
 }
 
 static int check_allowed(const struct pool *p, const cpuset *cpus)
@@ -653,19 +659,856 @@ static int isolate(int argc, char **argv)
     return exec_command(r.command, r.args, r.nargs);
 }
 
+/* ---- hook: input ------------------------------------------------------------
+ *
+ * `cmk hook` is the OCI createRuntime hook the CDI spec adds (read
+ * pinner/hook.py's docstring for why that stage, and the exit statuses).
+ * Its input is JSON written by Go runtimes; it needs a few fields, but parses
+ * the whole document strictly so a truncated or corrupt one is refused with
+ * the byte where it broke, never half-read.
+ */
+
+/* Reads all of fd (up to HOOK_MAX_JSON_BYTES); 0, or an errno (EFBIG when too big). */
+static int read_all(int fd, str *out)
+{
+    char buf[65536];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return errno;
+        if (n == 0)
+            break;
+        if (out->len + (size_t)n > HOOK_MAX_JSON_BYTES)
+            return EFBIG;
+        s_addn(out, buf, (size_t)n);
+    }
+    if (!out->p)
+        s_addn(out, "", 0);
+    return 0;
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+enum jtype { J_NULL, J_BOOL, J_NUMBER, J_STRING, J_ARRAY, J_OBJECT };
+
+struct jmember;
+
+/* A parsed JSON value. Strings are decoded (UTF-8, may hold NULs: see len); numbers keep their text. */
+typedef struct jval {
+    enum jtype type;
+    char *text;
+    size_t len;
+    struct jval *items; /* J_ARRAY */
+    struct jmember *members; /* J_OBJECT */
+    size_t count;
+} jval;
+
+struct jmember {
+    char *key;
+    size_t key_len;
+    jval value;
+};
+
+struct jparser {
+    const char *start, *p, *end;
+    const char *error; /* what is wrong, for the message */
+    int depth;
+};
+
+static const char *const JTYPE_NAMES[] = {"null", "a boolean", "a number", "a string", "an array", "an object"};
+
+static int j_fail(struct jparser *jp, const char *what)
+{
+    jp->error = what;
+    return -1;
+}
+
+static void j_space(struct jparser *jp)
+{
+    while (jp->p < jp->end && (*jp->p == ' ' || *jp->p == '\t' || *jp->p == '\n' || *jp->p == '\r'))
+        jp->p++;
+}
+
+static void utf8_put(str *s, unsigned long cp)
+{
+    char b[4];
+    size_t n;
+    if (cp < 0x80) {
+        b[0] = (char)cp;
+        n = 1;
+    } else if (cp < 0x800) {
+        b[0] = (char)(0xc0 | (cp >> 6));
+        b[1] = (char)(0x80 | (cp & 0x3f));
+        n = 2;
+    } else if (cp < 0x10000) {
+        b[0] = (char)(0xe0 | (cp >> 12));
+        b[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        b[2] = (char)(0x80 | (cp & 0x3f));
+        n = 3;
+    } else {
+        b[0] = (char)(0xf0 | (cp >> 18));
+        b[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+        b[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        b[3] = (char)(0x80 | (cp & 0x3f));
+        n = 4;
+    }
+    s_addn(s, b, n);
+}
+
+static int j_hex4(struct jparser *jp, unsigned long *out)
+{
+    unsigned long v = 0;
+    if (jp->end - jp->p < 4)
+        return j_fail(jp, "expected four hex digits after \\u");
+    for (int i = 0; i < 4; i++) {
+        char c = *jp->p;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0)
+            return j_fail(jp, "expected four hex digits after \\u");
+        v = v * 16 + (unsigned long)d;
+        jp->p++;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A string at jp->p (the opening quote); lone surrogates become U+FFFD, as Go's decoder does. */
+static int j_string(struct jparser *jp, char **text, size_t *len)
+{
+    str s = {0};
+    jp->p++;
+    for (;;) {
+        if (jp->p >= jp->end)
+            return j_fail(jp, "expected a closing '\"'");
+        unsigned char c = (unsigned char)*jp->p;
+        if (c == '"') {
+            jp->p++;
+            break;
+        }
+        if (c < 0x20)
+            return j_fail(jp, "a raw control character inside a string");
+        if (c != '\\') {
+            s_addn(&s, jp->p++, 1);
+            continue;
+        }
+        jp->p++;
+        if (jp->p >= jp->end)
+            return j_fail(jp, "expected an escape after '\\'");
+        char e = *jp->p++;
+        const char *simple = strchr("\"\\/bfnrt", e);
+        if (e && simple) {
+            static const char decoded[] = "\"\\/\b\f\n\r\t";
+            s_addn(&s, &decoded[simple - "\"\\/bfnrt"], 1);
+            continue;
+        }
+        if (e != 'u') {
+            jp->p--;
+            return j_fail(jp, "expected one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX");
+        }
+        unsigned long cp;
+        if (j_hex4(jp, &cp))
+            return -1;
+        if (cp >= 0xd800 && cp < 0xdc00 && jp->end - jp->p >= 6 && jp->p[0] == '\\' && jp->p[1] == 'u') {
+            const char *back = jp->p;
+            unsigned long low;
+            jp->p += 2;
+            if (j_hex4(jp, &low))
+                return -1;
+            if (low >= 0xdc00 && low < 0xe000)
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+            else
+                jp->p = back; /* not a pair: decode the next escape on its own */
+        }
+        if (cp >= 0xd800 && cp < 0xe000)
+            cp = 0xfffd;
+        utf8_put(&s, cp);
+    }
+    if (!s.p)
+        s_addn(&s, "", 0);
+    *text = s.p;
+    *len = s.len;
+    return 0;
+}
+
+static int j_digits(struct jparser *jp)
+{
+    const char *from = jp->p;
+    while (jp->p < jp->end && *jp->p >= '0' && *jp->p <= '9')
+        jp->p++;
+    return jp->p > from;
+}
+
+static int j_number(struct jparser *jp, jval *v)
+{
+    const char *from = jp->p;
+    if (*jp->p == '-')
+        jp->p++;
+    if (jp->p < jp->end && *jp->p == '0')
+        jp->p++;
+    else if (!j_digits(jp))
+        return j_fail(jp, "expected a digit");
+    if (jp->p < jp->end && *jp->p == '.') {
+        jp->p++;
+        if (!j_digits(jp))
+            return j_fail(jp, "expected a digit after '.'");
+    }
+    if (jp->p < jp->end && (*jp->p == 'e' || *jp->p == 'E')) {
+        jp->p++;
+        if (jp->p < jp->end && (*jp->p == '+' || *jp->p == '-'))
+            jp->p++;
+        if (!j_digits(jp))
+            return j_fail(jp, "expected a digit in the exponent");
+    }
+    str s = {0};
+    s_addn(&s, from, (size_t)(jp->p - from));
+    v->type = J_NUMBER;
+    v->text = s.p;
+    v->len = s.len;
+    return 0;
+}
+
+static int j_value(struct jparser *jp, jval *v);
+
+static int j_container(struct jparser *jp, jval *v, char close)
+{
+    size_t cap = 0;
+    if (++jp->depth > HOOK_MAX_JSON_DEPTH)
+        return j_fail(jp, "nesting deeper than " STR(HOOK_MAX_JSON_DEPTH) " levels");
+    v->type = close == '}' ? J_OBJECT : J_ARRAY;
+    jp->p++;
+    j_space(jp);
+    if (jp->p < jp->end && *jp->p == close) {
+        jp->p++;
+        jp->depth--;
+        return 0;
+    }
+    for (;;) {
+        if (v->count == cap) {
+            cap = cap ? cap * 2 : 8;
+            void *grown = close == '}' ? realloc(v->members, cap * sizeof *v->members)
+                                       : realloc(v->items, cap * sizeof *v->items);
+            if (!grown)
+                out_of_memory();
+            if (close == '}')
+                v->members = grown;
+            else
+                v->items = grown;
+        }
+        jval *slot;
+        j_space(jp);
+        if (close == '}') {
+            struct jmember *m = &v->members[v->count];
+            memset(m, 0, sizeof *m);
+            if (jp->p >= jp->end || *jp->p != '"')
+                return j_fail(jp, "expected a '\"' starting a member name");
+            if (j_string(jp, &m->key, &m->key_len))
+                return -1;
+            j_space(jp);
+            if (jp->p >= jp->end || *jp->p != ':')
+                return j_fail(jp, "expected ':' after a member name");
+            jp->p++;
+            slot = &m->value;
+        } else {
+            slot = &v->items[v->count];
+            memset(slot, 0, sizeof *slot);
+        }
+        if (j_value(jp, slot))
+            return -1;
+        v->count++;
+        j_space(jp);
+        if (jp->p < jp->end && *jp->p == ',') {
+            jp->p++;
+            continue;
+        }
+        if (jp->p < jp->end && *jp->p == close) {
+            jp->p++;
+            jp->depth--;
+            return 0;
+        }
+        return j_fail(jp, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+}
+
+static int j_word(struct jparser *jp, const char *word, jval *v, enum jtype type)
+{
+    size_t n = strlen(word);
+    if ((size_t)(jp->end - jp->p) < n || memcmp(jp->p, word, n))
+        return j_fail(jp, "expected a JSON value");
+    v->type = type;
+    v->text = (char *)word;
+    v->len = n;
+    jp->p += n;
+    return 0;
+}
+
+static int j_value(struct jparser *jp, jval *v)
+{
+    j_space(jp);
+    if (jp->p >= jp->end)
+        return j_fail(jp, "expected a JSON value");
+    switch (*jp->p) {
+    case '{':
+        return j_container(jp, v, '}');
+    case '[':
+        return j_container(jp, v, ']');
+    case '"':
+        v->type = J_STRING;
+        return j_string(jp, &v->text, &v->len);
+    case 't':
+        return j_word(jp, "true", v, J_BOOL);
+    case 'f':
+        return j_word(jp, "false", v, J_BOOL);
+    case 'n':
+        return j_word(jp, "null", v, J_NULL);
+    default:
+        if (*jp->p == '-' || (*jp->p >= '0' && *jp->p <= '9'))
+            return j_number(jp, v);
+        return j_fail(jp, "expected a JSON value");
+    }
+}
+
+/* Parses the whole of text; on error msg says "<what> is not valid JSON: expected X at byte N". */
+static int j_parse(const str *text, const char *what, jval *out)
+{
+    struct jparser jp = {text->p, text->p, text->p + text->len, NULL, 0};
+    memset(out, 0, sizeof *out);
+    if (!j_value(&jp, out)) {
+        j_space(&jp);
+        if (jp.p == jp.end)
+            return 0;
+        jp.error = "expected the end of the input after the value";
+    }
+    s_add(&msg, what);
+    s_add(&msg, " is not valid JSON: ");
+    s_add(&msg, jp.error);
+    if (jp.p >= jp.end)
+        s_add(&msg, " at its end");
+    else
+        s_addf(&msg, " at byte %zu", (size_t)(jp.p - jp.start));
+    if (text->len == 0)
+        s_add(&msg, " (it is empty)");
+    return -1;
+}
+
+/* The member named key (the last one, as Go's decoder keeps), or NULL. */
+static const jval *j_get(const jval *obj, const char *key)
+{
+    const jval *found = NULL;
+    size_t n = strlen(key);
+    if (obj->type != J_OBJECT)
+        return NULL;
+    for (size_t i = 0; i < obj->count; i++)
+        if (obj->members[i].key_len == n && !memcmp(obj->members[i].key, key, n))
+            found = &obj->members[i].value;
+    return found;
+}
+
+/* ---- hook: the container's CPUs --------------------------------------------- */
+
+struct hook_input {
+    long pid;
+    const char *bundle;
+    const char *env[sizeof POOLS / sizeof POOLS[0]]; /* the first value of each pool's variable, or NULL */
+};
+
+static int hook_state(const jval *state, struct hook_input *in)
+{
+    static const char where[] = "the OCI state on stdin";
+    if (state->type != J_OBJECT) {
+        s_addf(&msg, "%s is %s, not an object", where, JTYPE_NAMES[state->type]);
+        s_add(&msg, " (cmk hook runs as an OCI createRuntime hook; the runtime writes the state)");
+        return fail(HOOK_EXIT_STATE);
+    }
+    const jval *pid = j_get(state, "pid"), *bundle = j_get(state, "bundle");
+    if (!pid || (pid->type == J_NUMBER && !strcmp(pid->text, "0"))) {
+        s_addf(&msg, "%s has no \"pid\": run cmk hook at createRuntime, once the container's process exists", where);
+        return fail(HOOK_EXIT_STATE);
+    }
+    if (pid->type != J_NUMBER || pid->len > 9 || !is_digits(pid->text, pid->len)) {
+        s_addf(&msg, "\"pid\" in %s is not a process ID: ", where);
+        if (pid->type == J_NUMBER || pid->type == J_BOOL || pid->type == J_NULL)
+            s_shown_n(&msg, pid->text, pid->len);
+        else
+            s_add(&msg, JTYPE_NAMES[pid->type]);
+        return fail(HOOK_EXIT_STATE);
+    }
+    in->pid = strtol(pid->text, NULL, 10);
+    if (!bundle || bundle->type != J_STRING || !bundle->len || memchr(bundle->text, 0, bundle->len)) {
+        s_addf(&msg, "%s has no \"bundle\" directory (the container's config.json is read from it)", where);
+        return fail(HOOK_EXIT_STATE);
+    }
+    in->bundle = bundle->text;
+    return 0;
+}
+
+static int hook_config(const jval *config, const char *path, struct hook_input *in)
+{
+    const jval *process = j_get(config, "process");
+    const jval *env = process ? j_get(process, "env") : NULL;
+    if (config->type != J_OBJECT || (process && process->type != J_OBJECT && process->type != J_NULL) ||
+        (env && env->type != J_ARRAY && env->type != J_NULL)) {
+        s_add(&msg, "the container's config ");
+        s_shown(&msg, path);
+        s_add(&msg, config->type != J_OBJECT ? " is not an object"
+                    : env && env->type != J_ARRAY && env->type != J_NULL ? ": process.env is not an array"
+                    : ": process is not an object");
+        return fail(HOOK_EXIT_CONFIG);
+    }
+    for (size_t i = 0; env && env->type == J_ARRAY && i < env->count; i++) {
+        const jval *entry = &env->items[i];
+        if (entry->type != J_STRING) {
+            s_add(&msg, "the container's config ");
+            s_shown(&msg, path);
+            s_addf(&msg, ": process.env[%zu] is %s, not a NAME=VALUE string", i, JTYPE_NAMES[entry->type]);
+            return fail(HOOK_EXIT_CONFIG);
+        }
+        for (size_t k = 0; k < sizeof POOLS / sizeof POOLS[0]; k++) {
+            size_t n = strlen(POOLS[k].var);
+            if (!in->env[k] && entry->len > n && !memcmp(entry->text, POOLS[k].var, n) && entry->text[n] == '=')
+                in->env[k] = entry->text + n + 1; /* the first wins, as getenv() in the container sees it */
+        }
+    }
+    return 0;
+}
+
+static int hook_cpus(const struct hook_input *in, const char *path, cpuset *cpus)
+{
+    int any = 0;
+    for (size_t k = 0; k < sizeof POOLS / sizeof POOLS[0]; k++) {
+        if (!in->env[k] || !*in->env[k])
+            continue;
+        if (parse_env_cpus(POOLS[k].var, in->env[k], cpus))
+            return fail(HOOK_EXIT_MALFORMED);
+        any = 1;
+    }
+    if (any)
+        return 0;
+    s_add(&msg, "the container's env (process.env in ");
+    s_shown(&msg, path);
+    s_add(&msg, ") sets none of " HOOK_ENV_LIST ": nothing to confine it to; " HOOK_NO_CPUS_HINT);
+    return fail(HOOK_EXIT_NO_CPUS);
+}
+
+/* ---- hook: the cgroup ------------------------------------------------------- */
+
+/* Reads a whole small file; 0 or an errno. */
+static int read_file(const char *path, str *out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    int e = read_all(fd, out);
+    close(fd);
+    return e;
+}
+
+static int cgroup_error(int status, const char *path, const char *what, int e)
+{
+    s_add(&msg, what);
+    s_shown(&msg, path);
+    s_add(&msg, ": ");
+    s_errno(&msg, e);
+    return fail(status);
+}
+
+struct cgroup {
+    int v2;
+    str path; /* inside the hierarchy, from /proc/PID/cgroup */
+    str dir; /* the directory on disk */
+};
+
+/* Finds the process's cpuset cgroup: the v1 line naming cpuset, else the v2 "0::" line. */
+static int find_cgroup(const char *proc_root, long pid, struct cgroup *cg)
+{
+    str path = {0}, text = {0};
+    s_addf(&path, "%s/%ld/cgroup", proc_root, pid);
+    int e = read_file(path.p, &text);
+    if (e == ENOENT || e == ESRCH) {
+        s_addf(&msg, "the container's process %ld is gone (", pid);
+        s_shown(&msg, path.p);
+        s_add(&msg, " does not exist): it exited before its start hook ran");
+        return fail(HOOK_EXIT_GONE);
+    }
+    if (e)
+        return cgroup_error(HOOK_EXIT_NO_CGROUP, path.p, "cannot read ", e);
+    const char *v2 = NULL, *v1 = NULL;
+    size_t v2_len = 0, v1_len = 0;
+    for (char *line = text.p; line && *line;) {
+        char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) : strlen(line);
+        char *c1 = memchr(line, ':', n);
+        char *c2 = c1 ? memchr(c1 + 1, ':', n - (size_t)(c1 + 1 - line)) : NULL;
+        if (c2) {
+            const char *rest = c2 + 1;
+            size_t rest_len = n - (size_t)(rest - line);
+            if (c1 == line + 1 && line[0] == '0' && c2 == c1 + 1) {
+                v2 = rest;
+                v2_len = rest_len;
+            }
+            for (const char *c = c1 + 1; c < c2;) { /* the comma-separated controllers */
+                const char *comma = memchr(c, ',', (size_t)(c2 - c));
+                const char *stop = comma ? comma : c2;
+                if (stop - c == 6 && !memcmp(c, "cpuset", 6)) {
+                    v1 = rest;
+                    v1_len = rest_len;
+                }
+                c = stop + 1;
+            }
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    if (!v1 && !v2) {
+        s_addf(&msg, "process %ld is in no cpuset cgroup (", pid);
+        s_shown(&msg, path.p);
+        s_add(&msg, " has neither a cpuset nor a 0:: line): the kernel needs the cpuset controller");
+        return fail(HOOK_EXIT_NO_CGROUP);
+    }
+    cg->v2 = !v1;
+    s_addn(&cg->path, v1 ? v1 : v2, v1 ? v1_len : v2_len);
+    return 0;
+}
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape_octal(str *s, const char *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (t[i] == '\\' && i + 3 < n && t[i + 1] >= '0' && t[i + 1] <= '3' &&
+            t[i + 2] >= '0' && t[i + 2] <= '7' && t[i + 3] >= '0' && t[i + 3] <= '7') {
+            char c = (char)((t[i + 1] - '0') * 64 + (t[i + 2] - '0') * 8 + (t[i + 3] - '0'));
+            s_addn(s, &c, 1);
+            i += 3;
+        } else {
+            s_addn(s, &t[i], 1);
+        }
+    }
+}
+
+/* Splits a mountinfo line into fields at spaces; returns how many (at most max). */
+static size_t split_fields(char *line, char **fields, size_t max)
+{
+    size_t n = 0;
+    for (char *p = line; *p && n < max;) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        fields[n++] = p;
+        while (*p && *p != ' ')
+            p++;
+        if (*p)
+            *p++ = '\0';
+    }
+    return n;
+}
+
+/* The mount point of the hierarchy holding cg, from mountinfo, joined with cg's path into cg->dir. */
+static int find_mount(const char *proc_root, long pid, struct cgroup *cg)
+{
+    str path = {0}, text = {0};
+    s_add(&path, proc_root);
+    s_add(&path, "/self/mountinfo");
+    int e = read_file(path.p, &text);
+    if (e)
+        return cgroup_error(HOOK_EXIT_NO_CGROUP, path.p, "cannot read ", e);
+    for (char *line = text.p; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        char *f[64];
+        size_t n = split_fields(line, f, 64);
+        size_t dash = 6;
+        while (dash < n && strcmp(f[dash], "-"))
+            dash++;
+        if (dash + 3 < n) { /* after "-": fstype, source, super options */
+            const char *fstype = f[dash + 1], *super = f[dash + 3];
+            int match = 0;
+            if (cg->v2) {
+                match = !strcmp(fstype, "cgroup2");
+            } else if (!strcmp(fstype, "cgroup")) {
+                for (const char *o = super; *o;) {
+                    const char *comma = strchr(o, ',');
+                    size_t len = comma ? (size_t)(comma - o) : strlen(o);
+                    if (len == 6 && !memcmp(o, "cpuset", 6))
+                        match = 1;
+                    o += len + (comma ? 1 : 0);
+                }
+            }
+            if (match) {
+                str root = {0}, mnt = {0};
+                unescape_octal(&root, f[3], strlen(f[3]));
+                unescape_octal(&mnt, f[4], strlen(f[4]));
+                /* a mount of a sub-tree (root not "/") shows the paths below its root */
+                const char *rel = cg->path.p;
+                if (strcmp(root.p, "/")) {
+                    size_t rn = root.len;
+                    if (strncmp(rel, root.p, rn) || (rel[rn] && rel[rn] != '/'))
+                        goto next;
+                    rel += rn;
+                }
+                s_addn(&cg->dir, mnt.p, mnt.len);
+                s_add(&cg->dir, rel);
+                return 0;
+            }
+        }
+    next:
+        line = nl ? nl + 1 : NULL;
+    }
+    s_addf(&msg, "no %s hierarchy holding process %ld's cgroup ", cg->v2 ? "cgroup2" : "cgroup v1 cpuset", pid);
+    s_shown(&msg, cg->path.p);
+    s_add(&msg, " is mounted (read ");
+    s_shown(&msg, path.p);
+    s_add(&msg, "): mount it, or name it with --cgroup-root");
+    return fail(HOOK_EXIT_NO_CGROUP);
+}
+
+/* The kernel's list form (as cpuset files hold it) into a set; 0 or -1. */
+static int parse_kernel_list(const char *text, cpuset *set)
+{
+    str trimmed = {0};
+    const char *t = text, *end = text + strlen(text);
+    while (t < end && is_space(*t))
+        t++;
+    while (end > t && is_space(end[-1]))
+        end--;
+    if (t == end)
+        return 0; /* an empty cpuset */
+    s_addn(&trimmed, t, (size_t)(end - t));
+    str saved = msg;
+    msg = (str){0};
+    int bad = parse_env_cpus("cpuset", trimmed.p, set);
+    free(msg.p);
+    msg = saved;
+    free(trimmed.p);
+    return bad;
+}
+
+static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
+{
+    str file = {0}, parent = {0}, text = {0};
+    struct stat st;
+    if (!strcmp(cg->path.p, "/") || !*cg->path.p) {
+        s_addf(&msg, "process %ld is in the root cpuset cgroup: refusing to confine the whole host "
+                     "(run the container in a cgroup of its own)", pid);
+        return fail(HOOK_EXIT_NO_CGROUP);
+    }
+    if (stat(cg->dir.p, &st) || !S_ISDIR(st.st_mode)) {
+        s_addf(&msg, "the cpuset cgroup of process %ld, ", pid);
+        s_shown(&msg, cg->dir.p);
+        s_add(&msg, ", does not exist");
+        return fail(HOOK_EXIT_NO_CGROUP);
+    }
+    s_add(&file, cg->dir.p);
+    s_add(&file, "/cpuset.cpus");
+    if (access(file.p, F_OK)) {
+        s_add(&msg, "the cgroup ");
+        s_shown(&msg, cg->dir.p);
+        s_add(&msg, " has no cpuset.cpus: enable the cpuset controller in its parent's cgroup.subtree_control");
+        return fail(HOOK_EXIT_NO_CGROUP);
+    }
+    s_addn(&parent, cg->dir.p, (size_t)(strrchr(cg->dir.p, '/') - cg->dir.p));
+    s_add(&parent, cg->v2 ? "/cpuset.cpus.effective" : "/cpuset.effective_cpus");
+    cpuset allowed = {0}, outside = {0};
+    int e = read_file(parent.p, &text);
+    if (e)
+        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, parent.p, "cannot read the parent cgroup's CPUs from ", e);
+    if (parse_kernel_list(text.p, &allowed)) {
+        s_add(&msg, "cannot read the parent cgroup's CPUs from ");
+        s_shown(&msg, parent.p);
+        s_add(&msg, ": '");
+        s_shown_n(&msg, text.p, text.len);
+        s_add(&msg, "' is not a cpu list");
+        return fail(HOOK_EXIT_CGROUP_WRITE);
+    }
+    int count = 0;
+    for (unsigned c = 0; c < MAX_CPUS; c++)
+        if (cs_has(cpus, c) && !cs_has(&allowed, c)) {
+            cs_add(&outside, c);
+            count++;
+        }
+    if (count) {
+        s_add(&msg, "the container's CPUs ");
+        s_ranges(&msg, cpus);
+        s_add(&msg, " are not within its parent cgroup's CPUs ");
+        s_ranges(&msg, &allowed);
+        s_add(&msg, count == 1 ? " (CPU " : " (CPUs ");
+        s_ranges(&msg, &outside);
+        s_add(&msg, " outside, from ");
+        s_shown(&msg, parent.p);
+        s_add(&msg, "): the pools' CPUs must stay within the pods' cgroup");
+        return fail(HOOK_EXIT_OUTSIDE);
+    }
+    str list = {0};
+    s_ranges(&list, cpus);
+    s_add(&list, "\n");
+    int fd = open(file.p, O_WRONLY | O_CLOEXEC | O_TRUNC);
+    if (fd < 0)
+        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, file.p, "cannot write the container's CPUs to ", errno);
+    ssize_t n;
+    do
+        n = write(fd, list.p, list.len);
+    while (n < 0 && errno == EINTR);
+    e = n < 0 ? errno : (size_t)n != list.len ? EIO : 0;
+    if (close(fd) && !e)
+        e = errno;
+    if (e)
+        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, file.p, "cannot write the container's CPUs to ", e);
+    return 0;
+}
+
+/* ---- hook: affinity and the command ------------------------------------------ */
+
+/* Pins the init process, then every other task of it present (a thread that exited meanwhile is fine). */
+static int confine_tasks(const char *proc_root, long pid, const cpuset *cpus)
+{
+    if (syscall(SYS_sched_setaffinity, (pid_t)pid, sizeof *cpus, cpus) < 0) {
+        int e = errno;
+        if (e == ESRCH) {
+            s_addf(&msg, "the container's process %ld is gone: it exited before its start hook ran", pid);
+            return fail(HOOK_EXIT_GONE);
+        }
+        s_addf(&msg, "cannot pin the container's process %ld to CPUs ", pid);
+        s_ranges(&msg, cpus);
+        s_add(&msg, ": ");
+        s_errno(&msg, e);
+        return fail(HOOK_EXIT_AFFINITY);
+    }
+    str path = {0};
+    s_addf(&path, "%s/%ld/task", proc_root, pid);
+    DIR *dir = opendir(path.p);
+    if (!dir)
+        return 0; /* the cgroup already holds every task; the init process is pinned */
+    for (struct dirent *d; (d = readdir(dir));) {
+        size_t n = strlen(d->d_name);
+        if (n == 0 || n > 9 || !is_digits(d->d_name, n))
+            continue;
+        long tid = strtol(d->d_name, NULL, 10);
+        if (tid != pid && syscall(SYS_sched_setaffinity, (pid_t)tid, sizeof *cpus, cpus) < 0 && errno != ESRCH) {
+            int e = errno;
+            closedir(dir);
+            s_addf(&msg, "cannot pin thread %ld of the container's process %ld to CPUs ", tid, pid);
+            s_ranges(&msg, cpus);
+            s_add(&msg, ": ");
+            s_errno(&msg, e);
+            return fail(HOOK_EXIT_AFFINITY);
+        }
+    }
+    closedir(dir);
+    return 0;
+}
+
+static int hook_usage(void)
+{
+    s_add(&msg, " (see '" HOOK_PROG " --help')");
+    return fail(HOOK_EXIT_USAGE);
+}
+
+static int hook(int argc, char **argv)
+{
+    const char *proc_root = HOOK_DEFAULT_PROC_ROOT, *cgroup_root = NULL;
+    prog = HOOK_PROG;
+    for (int i = 0; i < argc; i++) {
+        const char *t = argv[i];
+        if (!strcmp(t, "-h") || !strcmp(t, "--help")) {
+            for (size_t done = 0; done < sizeof HOOK_HELP - 1;) {
+                ssize_t n = write(1, HOOK_HELP + done, sizeof HOOK_HELP - 1 - done);
+                if (n <= 0 && errno != EINTR)
+                    return 1;
+                if (n > 0)
+                    done += (size_t)n;
+            }
+            return HOOK_EXIT_OK;
+        }
+        const char *eq = strchr(t, '=');
+        size_t nlen = eq ? (size_t)(eq - t) : strlen(t);
+        const char **target = nlen == 11 && !strncmp(t, "--proc-root", 11)     ? &proc_root
+                              : nlen == 13 && !strncmp(t, "--cgroup-root", 13) ? &cgroup_root
+                                                                                : NULL;
+        if (!target) {
+            s_add(&msg, t[0] == '-' ? "unknown option '" : "unexpected argument '");
+            s_shown_n(&msg, t, t[0] == '-' ? nlen : strlen(t));
+            s_add(&msg, "': the OCI state comes on stdin");
+            return hook_usage();
+        }
+        if (!eq && i + 1 >= argc) {
+            s_add(&msg, "option ");
+            s_addn(&msg, t, nlen);
+            s_add(&msg, " needs a value");
+            return hook_usage();
+        }
+        *target = eq ? eq + 1 : argv[++i];
+    }
+
+    str input = {0}, config_text = {0}, config_path = {0};
+    jval state, config;
+    struct hook_input in = {0};
+    static cpuset cpus;
+    int e = read_all(0, &input), status;
+    if (e) {
+        s_add(&msg, "cannot read the OCI state on stdin: ");
+        if (e == EFBIG)
+            s_addf(&msg, "it is larger than %d bytes", HOOK_MAX_JSON_BYTES);
+        else
+            s_errno(&msg, e);
+        return fail(HOOK_EXIT_STATE);
+    }
+    if (j_parse(&input, "the OCI state on stdin", &state))
+        return fail(HOOK_EXIT_STATE);
+    if ((status = hook_state(&state, &in)))
+        return status;
+    s_add(&config_path, in.bundle);
+    s_add(&config_path, "/config.json");
+    e = read_file(config_path.p, &config_text);
+    if (e) {
+        s_add(&msg, "cannot read the container's config ");
+        s_shown(&msg, config_path.p);
+        s_add(&msg, ": ");
+        if (e == EFBIG)
+            s_addf(&msg, "it is larger than %d bytes", HOOK_MAX_JSON_BYTES);
+        else
+            s_errno(&msg, e);
+        return fail(HOOK_EXIT_CONFIG);
+    }
+    str what = {0};
+    s_add(&what, "the container's config ");
+    s_shown(&what, config_path.p);
+    if (j_parse(&config_text, what.p, &config))
+        return fail(HOOK_EXIT_CONFIG);
+    if ((status = hook_config(&config, config_path.p, &in)) || (status = hook_cpus(&in, config_path.p, &cpus)))
+        return status;
+
+    struct cgroup cg = {0};
+    if ((status = find_cgroup(proc_root, in.pid, &cg)))
+        return status;
+    if (cgroup_root) {
+        s_add(&cg.dir, cgroup_root);
+        s_add(&cg.dir, !strcmp(cg.path.p, "/") ? "" : cg.path.p);
+    } else if ((status = find_mount(proc_root, in.pid, &cg))) {
+        return status;
+    }
+    if ((status = confine_cgroup(&cg, in.pid, &cpus)))
+        return status;
+    return confine_tasks(proc_root, in.pid, &cpus);
+}
+
 /* ---- subcommand dispatch ------------------------------------------------- */
 
 int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "isolate"))
         return isolate(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "hook"))
+        return hook(argc - 2, argv + 2);
     if (argc < 2) {
-        s_add(&msg, "missing COMMAND: this self-contained cmk runs 'cmk isolate' (see 'cmk isolate --help')");
+        s_add(&msg, "missing COMMAND: this self-contained cmk runs 'cmk isolate' (see 'cmk isolate --help') "
+                    "and 'cmk hook' (see 'cmk hook --help')");
     } else {
         s_add(&msg, "unknown command '");
         s_shown(&msg, argv[1]);
-        s_add(&msg, "': this self-contained cmk runs only 'cmk isolate'; the other commands come with the "
-                    "cmk-deviceplugin package");
+        s_add(&msg, "': this self-contained cmk runs only 'cmk isolate' and 'cmk hook'; the other commands come "
+                    "with the cmk-deviceplugin package");
     }
     return fail_as("cmk", EXIT_USAGE);
 }

@@ -44,6 +44,9 @@
     X(ENOMEM, "out of memory") \
     X(EINVAL, "invalid argument") \
     X(EIO, "input/output error") \
+    X(EBUSY, "device or resource busy") \
+    X(ESRCH, "no such process") \
+    X(EROFS, "read-only file system") \
 
 static const char HELP[] =
     "usage: cmk isolate [--socket-id=N] --pool=POOL [--no-affinity] [--namespace=NS] COMMAND [-- ARGS...]\n"
@@ -79,5 +82,50 @@ static const char HELP[] =
     "    7  --socket-id: no CPU on that socket, or sysfs unreadable\n"
     "    8  the kernel refused the affinity\n"
     "  126  COMMAND not executable   127  COMMAND not found\n";
+
+/* cmk hook, from pinner/hook.py */
+#define HOOK_PROG "cmk hook"
+#define HOOK_EXIT_AFFINITY 11
+#define HOOK_EXIT_CGROUP_WRITE 10
+#define HOOK_EXIT_CONFIG 4
+#define HOOK_EXIT_GONE 7
+#define HOOK_EXIT_MALFORMED 6
+#define HOOK_EXIT_NO_CGROUP 8
+#define HOOK_EXIT_NO_CPUS 5
+#define HOOK_EXIT_OK 0
+#define HOOK_EXIT_OUTSIDE 9
+#define HOOK_EXIT_STATE 3
+#define HOOK_EXIT_USAGE 2
+#define HOOK_MAX_JSON_BYTES 16777216
+#define HOOK_MAX_JSON_DEPTH 128
+#define HOOK_DEFAULT_PROC_ROOT "/proc"
+#define HOOK_ENV_LIST "CMK_CPUS_EXCLUSIVE, CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS, CMK_CPUS_SHARED, CMK_CPUS_INFRA"
+#define HOOK_NO_CPUS_HINT "request a cmk.intel.com resource so its Allocate answer sets one, or drop the cmk.intel.com/cpus CDI device"
+
+static const char HOOK_HELP[] =
+    "usage: cmk hook [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE\n"
+    "\n"
+    "An OCI createRuntime hook, added by the cmk.intel.com/cpus CDI devices. It\n"
+    "reads the container's state (pid, bundle) on stdin and its config.json from\n"
+    "the bundle, takes the union of the CPUs in the container's env\n"
+    "(CMK_CPUS_EXCLUSIVE, CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS, CMK_CPUS_SHARED, CMK_CPUS_INFRA),\n"
+    "writes them to the container's cpuset cgroup (v1 or v2) and sets the\n"
+    "affinity of its init process. Any failure is one line on stderr and a\n"
+    "non-zero status, so the runtime refuses to start the container.\n"
+    "\n"
+    "options:\n"
+    "  --proc-root=DIR     procfs to read /proc/PID/cgroup, /proc/PID/task and\n"
+    "                      /proc/self/mountinfo from (default: /proc)\n"
+    "  --cgroup-root=DIR   where the cpuset hierarchy (v1) or the unified one (v2)\n"
+    "                      is mounted, instead of finding it in mountinfo\n"
+    "  -h, --help          show this help\n"
+    "\n"
+    "exit statuses:\n"
+    "    2  usage error             3  bad OCI state on stdin\n"
+    "    4  bad config.json         5  no CMK_CPUS_* CPUs in the env\n"
+    "    6  a CMK_CPUS_* value is not a cpu list\n"
+    "    7  the container's process is gone\n"
+    "    8  no cpuset cgroup found  9  CPUs outside the parent cgroup's\n"
+    "   10  cpuset.cpus not writable  11  affinity refused\n";
 
 #endif

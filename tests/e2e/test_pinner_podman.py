@@ -9,80 +9,17 @@ container's process.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.pinner.native import PT_INTERP, ensure_native_pinner, program_header_types
+from tests.e2e.podman import RUN, env_flags, podman
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static
-PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager=cgroupfs"]
-RUN = [*PODMAN, "run", "--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 SEED_COMMAND = ["/opt/bin/cmk", "isolate", "--pool=exclusive", "--namespace=cmk-namespace", "sleep", "--", "inf"]
 ALLOCATE_ENV = {"CMK_CPUS_EXCLUSIVE": "1", "CMK_CPUS_SHARED": "0", "CMK_CPUS_INFRA": "0"}
-
-
-def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PODMAN, *args], capture_output=True, text=True, timeout=120, check=check)
-
-
-def env_flags(env: dict[str, str]) -> list[str]:
-    return [flag for name, value in env.items() for flag in ("-e", f"{name}={value}")]
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A local image whose whole filesystem is static busybox and four links to it."""
-    for tool in ("podman", "runc"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is not installed (apt-get install podman runc)")
-    if not BUSYBOX.is_file() or PT_INTERP in program_header_types(BUSYBOX):
-        pytest.fail(f"{BUSYBOX} is not a static busybox (apt-get install busybox-static)")
-    work = tmp_path_factory.mktemp("busybox-image")
-    rootfs = work / "rootfs"
-    for directory in ("bin", "opt/bin", "proc", "sys", "dev", "tmp"):
-        (rootfs / directory).mkdir(parents=True)
-    shutil.copy2(BUSYBOX, rootfs / "bin" / "busybox")
-    for name in ("sh", "sleep", "cat", "true"):
-        (rootfs / "bin" / name).symlink_to("busybox")
-    tarball = work / "rootfs.tar"
-    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
-    name = f"localhost/cmk-pinner-e2e-{uuid.uuid4().hex[:10]}:latest"
-    podman("import", str(tarball), name)
-    try:
-        yield name
-    finally:
-        podman("rmi", "-f", name, check=False)
-
-
-@pytest.fixture(scope="module")
-def install_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The host's install directory, filled by the real ``cmk install``."""
-    ensure_native_pinner()
-    target = tmp_path_factory.mktemp("opt-bin")
-    result = subprocess.run(
-        [sys.executable, "-m", "deviceplugin", "install", "--install-dir", str(target)],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return target
-
-
-@pytest.fixture
-def container_name() -> Iterator[str]:
-    name = f"cmk-pinner-e2e-{uuid.uuid4().hex[:10]}"
-    try:
-        yield name
-    finally:
-        podman("rm", "-f", "-t", "0", name, check=False)
 
 
 def mount(install_dir: Path) -> list[str]:

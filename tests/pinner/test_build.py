@@ -34,11 +34,12 @@ def test_no_compiler_is_one_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "cmk").exists()
 
 
-def test_native_top_level_names_its_only_command(native_cmk: Path) -> None:
+def test_native_top_level_names_its_two_commands(native_cmk: Path) -> None:
     none = subprocess.run([str(native_cmk)], capture_output=True, text=True, check=False)
     other = subprocess.run([str(native_cmk), "describe"], capture_output=True, text=True, check=False)
     assert (none.returncode, none.stderr) == (
-        2, "cmk: error: missing COMMAND: this self-contained cmk runs 'cmk isolate' (see 'cmk isolate --help')\n")
+        2, ("cmk: error: missing COMMAND: this self-contained cmk runs 'cmk isolate' (see 'cmk isolate --help') "
+        "and 'cmk hook' (see 'cmk hook --help')\n"))
     assert (other.returncode, other.stderr) == (
-        2, ("cmk: error: unknown command 'describe': this self-contained cmk runs only 'cmk isolate'; "
+        2, ("cmk: error: unknown command 'describe': this self-contained cmk runs only 'cmk isolate' and 'cmk hook'; "
         "the other commands come with the cmk-deviceplugin package\n"))

@@ -1,0 +1,93 @@
+"""Run the real ``cmk hook`` against real processes in real cpuset cgroups (v1, as on this machine).
+
+What runc leaves behind at ``createRuntime``: the container's init process
+already in a cgroup of its own, a bundle directory holding ``config.json``,
+and the OCI state to write on the hook's stdin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+CPUSET_ROOT = Path("/sys/fs/cgroup/cpuset")
+# Sleeps in three threads besides the main one, so a test can check every task is pinned.
+THREADED = (
+    "import threading, time\n"
+    "for _ in range(3): threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def state(pid: int, bundle: Path) -> str:
+    """The OCI state runc writes on a createRuntime hook's stdin."""
+    return json.dumps({"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pid": pid, "bundle": str(bundle),
+                       "annotations": {}})
+
+
+def write_config(bundle: Path, env: Sequence[str]) -> None:
+    bundle.mkdir(parents=True, exist_ok=True)
+    config = {"ociVersion": "1.0.2", "process": {"args": ["sleep", "inf"], "env": list(env), "cwd": "/"}}
+    (bundle / "config.json").write_text(json.dumps(config))
+
+
+def run_hook(binary: Path, stdin: str | bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    return subprocess.run([str(binary), "hook", *args], input=data, capture_output=True, timeout=30, check=False)
+
+
+def read_cpus(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def cpus_allowed(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Cpus_allowed_list:"):
+                return line.split(":", 1)[1].strip()
+    raise AssertionError(f"/proc/{pid}/status has no Cpus_allowed_list")
+
+
+def tasks(pid: int) -> list[int]:
+    return sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+
+
+@contextmanager
+def cpuset_cgroup(parent: Path = CPUSET_ROOT, cpus: str | None = None) -> Iterator[Path]:
+    """A uniquely named cpuset cgroup with the parent's memory nodes and ``cpus`` (default: the parent's)."""
+    if not (parent / "cpuset.cpus").is_file() or not os.access(parent / "cpuset.cpus", os.W_OK):
+        pytest.fail(f"{parent} is not a writable cgroup v1 cpuset hierarchy (the hook tests need root and one)")
+    path = parent / f"cmk-hook-test-{uuid.uuid4().hex[:12]}"
+    path.mkdir()
+    try:
+        (path / "cpuset.mems").write_text(read_cpus(parent / "cpuset.mems"))
+        (path / "cpuset.cpus").write_text(cpus if cpus is not None else read_cpus(parent / "cpuset.cpus"))
+        yield path
+    finally:
+        for directory, _, _ in os.walk(path, topdown=False):  # children first
+            for pid in Path(directory, "cgroup.procs").read_text().split():
+                (CPUSET_ROOT / "cgroup.procs").write_text(pid)  # a leftover goes back to the root
+            os.rmdir(directory)
+
+
+@contextmanager
+def process_in(cgroup: Path | None, argv: Sequence[str] = ("sleep", "600")) -> Iterator[subprocess.Popen[str]]:
+    """A live process, moved into ``cgroup`` (as runc puts the container's init process in its cgroup)."""
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, text=True)
+    try:
+        if cgroup is not None:
+            (cgroup / "cgroup.procs").write_text(str(proc.pid))
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()

@@ -1,0 +1,193 @@
+"""One fixture file per malformed input: ``cmk hook`` exits with its status and one line, and confines nothing.
+
+Every case runs the real static binary with a live process in a cpuset
+cgroup of its own as the container; after each, that cgroup's CPUs and the
+process's affinity are unchanged (a failed hook never half-confines). The
+fixtures and their placeholders are described in ``hook_fixtures/README.md``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pinner import hook
+from pinner.isolate import LIST_HINT
+from tests.pinner.hookrun import (
+    cpus_allowed,
+    cpuset_cgroup,
+    process_in,
+    read_cpus,
+    run_hook,
+)
+
+FIXTURES = Path(__file__).resolve().parent / "hook_fixtures"
+E = "cmk hook: error: "
+STATE = "the OCI state on stdin"
+NO_CPUS = (E + "the container's env (process.env in {bundle}/config.json) sets none of " + hook.ENV_LIST
+           + ": nothing to confine it to; " + hook.NO_CPUS_HINT)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    status: int
+    message: str  # "{pid}", "{bundle}", "{proc}", "{tmp}", "{cgroup}", "{parent}", "{parent_cpus}" are filled in
+    state: str = "valid"  # state/<name>.json
+    config: str | None = "exclusive-1"  # config/<name>.json; None: the bundle has no config.json
+    proc: str | None = None  # proc/<name>/ as --proc-root; None: the real /proc
+    args: tuple[str, ...] = ()
+
+
+CASES = [
+    # --- the OCI state on stdin ---
+    Case("state-broken-json", hook.EXIT_STATE, E + STATE + " is not valid JSON: expected ',' or '}' at its end",
+         state="broken"),
+    Case("state-empty", hook.EXIT_STATE, E + STATE + " is not valid JSON: expected a JSON value at its end (it is empty)",
+         state="empty"),
+    Case("state-bad-escape", hook.EXIT_STATE,
+         E + STATE + " is not valid JSON: expected one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX at byte 10",
+         state="bad-escape"),
+    Case("state-trailing-garbage", hook.EXIT_STATE,
+         E + STATE + " is not valid JSON: expected the end of the input after the value at byte 27",
+         state="trailing-garbage"),
+    Case("state-too-deep", hook.EXIT_STATE,
+         E + STATE + " is not valid JSON: nesting deeper than 128 levels at byte 128", state="too-deep"),
+    Case("state-control-char", hook.EXIT_STATE,
+         E + STATE + " is not valid JSON: a raw control character inside a string at byte 9", state="control-char"),
+    Case("state-leading-zero", hook.EXIT_STATE, E + STATE + " is not valid JSON: expected ',' or '}' at byte 9",
+         state="leading-zero"),
+    Case("state-not-object", hook.EXIT_STATE,
+         E + STATE + " is an array, not an object (cmk hook runs as an OCI createRuntime hook; the runtime writes "
+         "the state)", state="not-object"),
+    Case("state-no-pid", hook.EXIT_STATE,
+         E + STATE + " has no \"pid\": run cmk hook at createRuntime, once the container's process exists",
+         state="no-pid"),
+    Case("state-pid-zero", hook.EXIT_STATE,
+         E + STATE + " has no \"pid\": run cmk hook at createRuntime, once the container's process exists",
+         state="pid-zero"),
+    Case("state-pid-string", hook.EXIT_STATE, E + "\"pid\" in " + STATE + " is not a process ID: a string",
+         state="pid-string"),
+    Case("state-pid-negative", hook.EXIT_STATE, E + "\"pid\" in " + STATE + " is not a process ID: -5",
+         state="pid-negative"),
+    Case("state-no-bundle", hook.EXIT_STATE,
+         E + STATE + " has no \"bundle\" directory (the container's config.json is read from it)", state="no-bundle"),
+    Case("state-pid-gone", hook.EXIT_GONE,
+         E + "the container's process 4194304 is gone (/proc/4194304/cgroup does not exist): it exited before its "
+         "start hook ran", state="gone"),
+    # --- the container's config.json ---
+    Case("config-missing", hook.EXIT_CONFIG,
+         E + "cannot read the container's config {bundle}/config.json: no such file or directory", config=None),
+    Case("config-broken-json", hook.EXIT_CONFIG,
+         E + "the container's config {bundle}/config.json is not valid JSON: expected ',' or '}' at its end",
+         config="broken"),
+    Case("config-env-not-array", hook.EXIT_CONFIG,
+         E + "the container's config {bundle}/config.json: process.env is not an array", config="env-not-array"),
+    Case("config-env-entry-number", hook.EXIT_CONFIG,
+         E + "the container's config {bundle}/config.json: process.env[1] is a number, not a NAME=VALUE string",
+         config="env-entry-number"),
+    # --- the CPUs in the env ---
+    Case("env-none", hook.EXIT_NO_CPUS, NO_CPUS, config="no-env"),
+    Case("env-no-process", hook.EXIT_NO_CPUS, NO_CPUS, config="no-process"),
+    Case("env-similar-names-only", hook.EXIT_NO_CPUS, NO_CPUS, config="env-without-cpus"),
+    Case("env-empty-value", hook.EXIT_NO_CPUS, NO_CPUS, config="env-empty-cpus"),
+    Case("env-malformed-cpus", hook.EXIT_MALFORMED,
+         E + "CMK_CPUS_EXCLUSIVE='1,x' is not a cpu list: 'x' is not a CPU number (" + LIST_HINT + ")",
+         config="malformed-cpus"),
+    Case("env-cpus-outside-parent", hook.EXIT_OUTSIDE,
+         E + "the container's CPUs 1,4000 are not within its parent cgroup's CPUs {parent_cpus} (CPU 4000 outside, "
+         "from {parent}/cpuset.effective_cpus): the pools' CPUs must stay within the pods' cgroup",
+         config="outside-parent"),
+    # --- the cgroup ---
+    Case("cgroup-no-cpuset-line", hook.EXIT_NO_CGROUP,
+         E + "process {pid} is in no cpuset cgroup ({proc}/{pid}/cgroup has neither a cpuset nor a 0:: line): "
+         "the kernel needs the cpuset controller", proc="no-cpuset"),
+    Case("cgroup-root-refused", hook.EXIT_NO_CGROUP,
+         E + "process {pid} is in the root cpuset cgroup: refusing to confine the whole host (run the container in a "
+         "cgroup of its own)", proc="root-cgroup"),
+    Case("cgroup-v2-not-mounted", hook.EXIT_NO_CGROUP,
+         E + "no cgroup2 hierarchy holding process {pid}'s cgroup /kubepods/pod1/ctr is mounted (read "
+         "{proc}/self/mountinfo): mount it, or name it with --cgroup-root", proc="not-mounted"),
+    Case("cgroup-directory-missing", hook.EXIT_NO_CGROUP,
+         E + "the cpuset cgroup of process {pid}, {tmp}/empty{cgroup_path}, does not exist",
+         args=("--cgroup-root={tmp}/empty",)),
+    Case("cgroup-v2-cpuset-not-enabled", hook.EXIT_NO_CGROUP,
+         E + "the cgroup {tmp}/v2/kubepods/pod1/ctr has no cpuset.cpus: enable the cpuset controller in its parent's "
+         "cgroup.subtree_control", proc="v2", args=("--cgroup-root", "{tmp}/v2")),
+    # --- the command line ---
+    Case("usage-unknown-option", hook.EXIT_USAGE,
+         E + "unknown option '--pid': the OCI state comes on stdin (see 'cmk hook --help')", args=("--pid=1",)),
+    Case("usage-argument", hook.EXIT_USAGE,
+         E + "unexpected argument 'state.json': the OCI state comes on stdin (see 'cmk hook --help')",
+         args=("state.json",)),
+    Case("usage-option-needs-value", hook.EXIT_USAGE,
+         E + "option --proc-root needs a value (see 'cmk hook --help')", args=("--proc-root",)),
+]
+
+
+@dataclass(frozen=True)
+class Container:
+    pid: int
+    cgroup: Path
+
+
+@pytest.fixture(scope="module")
+def container() -> Iterator[Container]:
+    """A live process in a cpuset cgroup of its own: what runc leaves for the hook."""
+    with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
+        yield Container(proc.pid, cgroup)
+
+
+def test_every_state_and_config_fixture_has_a_case() -> None:
+    used = {f"state/{c.state}.json" for c in CASES} | {f"config/{c.config}.json" for c in CASES if c.config}
+    used |= {f"proc/{c.proc}" for c in CASES if c.proc}
+    present = {str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("state/*.json")}
+    present |= {str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("config/*.json")}
+    present |= {str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("proc/*")}
+    assert present == used
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_malformed_input(native_cmk: Path, container: Container, tmp_path: Path, case: Case) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "v2" / "kubepods" / "pod1" / "ctr").mkdir(parents=True)
+    if case.config:
+        shutil.copy(FIXTURES / "config" / f"{case.config}.json", bundle / "config.json")
+    proc_root = "/proc"
+    if case.proc:
+        proc_root = str(tmp_path / "proc")
+        shutil.copytree(FIXTURES / "proc" / case.proc, proc_root)
+        (Path(proc_root) / "PID").rename(Path(proc_root) / str(container.pid))
+    parent = container.cgroup.parent
+    values = {
+        "{pid}": str(container.pid), "{bundle}": str(bundle), "{proc}": proc_root, "{tmp}": str(tmp_path),
+        "{cgroup_path}": f"/{container.cgroup.name}",
+        "{parent_cpus}": read_cpus(parent / "cpuset.effective_cpus"), "{parent}": str(parent),
+    }
+
+    def fill(text: str) -> str:
+        for key, value in values.items():
+            text = text.replace(key, value)
+        return text
+
+    stdin = fill((FIXTURES / "state" / f"{case.state}.json").read_text())
+    args = [fill(a) for a in case.args] + ([f"--proc-root={proc_root}"] if case.proc else [])
+    before = (read_cpus(container.cgroup / "cpuset.cpus"), cpus_allowed(container.pid))
+    result = run_hook(native_cmk, stdin, *args)
+    assert (result.returncode, result.stderr.decode(), result.stdout) == (case.status, fill(case.message) + "\n", b"")
+    assert (read_cpus(container.cgroup / "cpuset.cpus"), cpus_allowed(container.pid)) == before
+
+
+def test_a_state_beyond_the_size_limit_is_refused(native_cmk: Path) -> None:
+    """Bounded memory: the hook never holds more than the limit of whatever is piped in."""
+    proc = subprocess.run([str(native_cmk), "hook"], input=b" " * (hook.MAX_JSON_BYTES + 1), capture_output=True,
+                          timeout=60, check=False)
+    assert (proc.returncode, proc.stderr.decode()) == (
+        hook.EXIT_STATE, f"{E}cannot read {STATE}: it is larger than {hook.MAX_JSON_BYTES} bytes\n")
