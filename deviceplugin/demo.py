@@ -102,15 +102,37 @@ def hold(seconds: float, stdin: TextIO | None) -> None:
             stdin = None  # end of file: nobody will press Enter
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextmanager
 def _signals_ignored() -> Iterator[None]:
     """Keep a second Ctrl-C (or SIGTERM) from cutting the cleanup short."""
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in _STOP_SIGNALS}
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C/SIGTERM back while something is created and its cleanup registered, then deliver it.
+
+    Masking the signal would not do: Python runs its handlers in the main
+    thread whichever thread the kernel picked, so the exception could still
+    land between ``Popen`` returning and the cleanup being registered.
+    """
+    pending: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: pending.append(signum)) for s in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)
 
 
 def _quietly(what: str, action: Callable[[], object]) -> Callable[[], None]:
@@ -163,8 +185,9 @@ class Demo:
         s = self.settings
         this_machine = s.sysfs_root.resolve() == Path("/sys").resolve()
         topology = discover(s.sysfs_root, s.procfs_root)
-        workdir = Path(tempfile.mkdtemp(prefix="cmk-demo-"))
-        self._stack.callback(_quietly(f"removing {workdir}", lambda: shutil.rmtree(workdir)))
+        with _signals_deferred():
+            workdir = Path(tempfile.mkdtemp(prefix="cmk-demo-"))
+            self._stack.callback(_quietly(f"removing {workdir}", lambda: shutil.rmtree(workdir)))
         install_dir = workdir / "opt-bin"
         daemon = Daemon(DaemonSettings(kubelet_dir=workdir / "device-plugins", sysfs_root=s.sysfs_root,
                                        procfs_root=s.procfs_root, install_dir=str(install_dir), plan=s.plan))
@@ -174,10 +197,13 @@ class Demo:
         self._section("1. Start the device plugin and a kubelet stand-in")
         pinner = self._install_pinner(workdir, install_dir)
         kubelet = Kubelet(workdir / "device-plugins", seed=0)
-        self._stack.callback(_quietly("stopping the kubelet stand-in", kubelet.stop))
-        kubelet.start()
-        self._stack.callback(_quietly("stopping the device plugin", daemon.stop))
-        daemon.start()
+        # A gRPC server or call left behind by an exception can block its finalizer forever:
+        # starting (and, below, admitting) completes before a Ctrl-C is acted on; both take milliseconds.
+        with _signals_deferred():
+            self._stack.callback(_quietly("stopping the kubelet stand-in", kubelet.stop))
+            kubelet.start()
+            self._stack.callback(_quietly("stopping the device plugin", daemon.stop))
+            daemon.start()
         expected = {resource: len(devices.devices) for resource, devices in daemon.tree.items()}
         try:
             kubelet.wait_for(lambda: daemon.registered and all(kubelet.capacity().get(r) == n for r, n in expected.items()),
@@ -203,9 +229,10 @@ class Demo:
         for container in containers:
             if container.note:
                 self.out(f"  note: {container.note}")
-        pod = kubelet.admit(PodSpec(view.POD_NAME, tuple(
-            ContainerSpec(c.name, c.command, {c.resource: 1}) for c in containers)))
-        self._stack.callback(_quietly("deleting the pod", lambda: self._delete_pod(kubelet, report=False)))
+        with _signals_deferred():
+            pod = kubelet.admit(PodSpec(view.POD_NAME, tuple(
+                ContainerSpec(c.name, c.command, {c.resource: 1}) for c in containers)))
+            self._stack.callback(_quietly("deleting the pod", lambda: self._delete_pod(kubelet, report=False)))
         admitted = [(c, pod.container(c.name)) for c in containers]
         rows = [["CONTAINER", "REQUESTS (limits)", "DEVICES", "ALLOCATE ANSWER (env)"]]
         for container, got in admitted:
@@ -300,10 +327,11 @@ class Demo:
     def _start(self, container: view.DemoContainer, got: AdmittedContainer, *, allowed: frozenset[int]) -> None:
         cpus = parse_cpu_list(got.envs[ENV_NAMES[container.pool]])
         argv = view.host_argv(container.command, [(m.container_path, m.host_path) for m in got.answer.mounts])
-        popen = subprocess.Popen(argv, env={"PATH": CONTAINER_PATH, **got.envs}, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        with _signals_deferred():  # no window where the process exists and nothing would stop it
+            popen = subprocess.Popen(argv, env={"PATH": CONTAINER_PATH, **got.envs}, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            self._stack.callback(_quietly(f"stopping pid {popen.pid}", lambda: _stop_process(popen)))
         self._running.append(_Running(container, got, popen, tuple(argv), cpus, view.unpinnable_reason(cpus, allowed=allowed)))
-        self._stack.callback(_quietly(f"stopping pid {popen.pid}", lambda: _stop_process(popen)))
 
     def _await_exec(self, running: _Running, pinner: Path) -> None:
         """Wait until the pinner became the workload, then read the affinity the kernel holds."""

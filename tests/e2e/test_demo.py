@@ -101,10 +101,14 @@ def start_demo() -> Iterator:
                              + "\n".join(lines) + (proc.stderr.read() if proc.stderr else ""))
 
     yield start
-    for proc in started:
+    for proc in started:  # a failed test: SIGTERM lets the demo clean up; SIGKILL only if it hangs
         if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+            proc.terminate()
+            try:
+                proc.communicate(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
 
 
 def plan_cpus(*roots: str) -> tuple[dict[str, frozenset[int]], dict[str, frozenset[int]]]:
