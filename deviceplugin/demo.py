@@ -276,7 +276,7 @@ class Demo:
         pinned = sum(1 for r in self._running if not r.refusal)
         self.out("", f"done: {pinned} of {len(self._running)} containers ran pinned to the CPUs their devices name"
                      + ("" if pinned == len(self._running) else
-                        f"; the pinner refused {len(self._running) - pinned} whose CPUs this machine does not have"))
+                        f"; the pinner refused {len(self._running) - pinned} whose CPUs are not this machine's to give here"))
 
     # --- steps ----------------------------------------------------------------------------
 

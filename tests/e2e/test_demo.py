@@ -213,7 +213,7 @@ def test_demo_on_a_dump_shows_the_pinners_refusal_instead_of_an_affinity(start_d
     status, out, err = held.finish()
     assert status == 0, err
     refused = sum(r.pid is None for r in rows)
-    assert f"the pinner refused {refused} whose CPUs this machine does not have" in out or refused == 0
+    assert f"the pinner refused {refused} whose CPUs are not this machine's to give here" in out or refused == 0
     assert_nothing_left(held, started)
 
 
