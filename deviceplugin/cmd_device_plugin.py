@@ -3,6 +3,10 @@
 Plans the pools with exactly ``cmk describe``'s flags (plus ``--config FILE``
 carrying them as YAML), serves each non-empty pool as its own kubelet device
 plugin, and runs until SIGTERM/SIGINT, then removes its sockets and exits 0.
+
+Around the daemon, each optional and each undone on the way out: Prometheus
+metrics on ``--metrics-address``, the NFD feature file (``--no-nfd`` turns it
+off), and the allocation resolver naming the pod behind each Allocate.
 """
 
 from __future__ import annotations
@@ -12,15 +16,39 @@ import gc
 import logging
 import signal
 import threading
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from api.constants import DEVICE_PLUGIN_DIR
 from deviceplugin.cdi import DEFAULT_CDI_DIR
 from deviceplugin.config import KEYS, apply_config, defer_defaults, load_config
-from deviceplugin.options import add_plan_arguments, add_root_arguments, plan_options
+from deviceplugin.errors import CmkError
+from deviceplugin.logfmt import FORMATS
+from deviceplugin.options import (
+    add_plan_arguments,
+    add_pod_resources_argument,
+    add_root_arguments,
+    plan_options,
+)
+
+if TYPE_CHECKING:
+    from deviceplugin.daemon import Daemon
+    from deviceplugin.events import Events
+
+
+def _address(text: str) -> tuple[str, int]:
+    from deviceplugin.metrics import parse_address
+
+    try:
+        return parse_address(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from deviceplugin.nfd import DEFAULT_FEATURES_DIR
+
     add_root_arguments(parser)
     add_plan_arguments(parser)
     group = parser.add_argument_group("daemon")
@@ -44,27 +72,92 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                        help="logging threshold (default: INFO)")
     defer_defaults(parser, (dest for dest, _ in KEYS.values()))
+    observe = parser.add_argument_group("observability")
+    observe.add_argument("--log-format", choices=FORMATS, default="text",
+                         help="one line per event: text (key=value) or json (default: text)")
+    observe.add_argument("--metrics-address", type=_address, metavar="HOST:PORT",
+                         help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
+    add_pod_resources_argument(observe, "read for the allocated-devices metric and to name the pod "
+                                        "behind each allocation in the log")
+    observe.add_argument("--nfd-features-dir", type=Path, default=DEFAULT_FEATURES_DIR, metavar="DIR",
+                         help=f"write Node Feature Discovery labels to DIR/cmk.intel.com "
+                              f"(default: {DEFAULT_FEATURES_DIR})")
+    observe.add_argument("--no-nfd", action="store_true", help="write no NFD feature file")
 
 
 def run(args: argparse.Namespace) -> int:
+    from deviceplugin import logfmt
+
+    logfmt.configure(args.log_level, args.log_format)
+    try:
+        return _serve(args)
+    except CmkError as err:
+        if args.log_format != "json":
+            raise  # the CLI prints its usual one line
+        # A log shipper parsing JSON gets the error as one JSON line, not a stray text line.
+        from deviceplugin.events import Events
+
+        Events().emit("config_error", str(err), level=logging.ERROR, error=str(err))
+        return err.exit_code
+
+
+def _serve(args: argparse.Namespace) -> int:
     from deviceplugin.daemon import Daemon, DaemonSettings
+    from deviceplugin.events import Events
 
     apply_config(args, load_config(args.config) if args.config else {})
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = DaemonSettings(kubelet_dir=args.kubelet_dir, sysfs_root=args.sysfs_root,
                               procfs_root=args.procfs_root, install_dir=str(args.install_dir),
                               plan=plan_options(args), cdi_dir=args.cdi_dir if args.cdi else None)
-    daemon = Daemon(settings)  # plans now: a bad plan fails here, before anything is served
+    events = Events()
+    daemon = Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    try:
+    with ExitStack() as cleanup:
+        _observe(daemon, events, args, cleanup)
+        cleanup.callback(daemon.stop)
         daemon.start()
+        if not args.no_nfd:  # labels say what is served: written once serving has started
+            _write_nfd(daemon, events, args.nfd_features_dir, cleanup)
         # The topology, plan and device tree live as long as the process: keep the cyclic
         # collector from re-scanning them, so its pauses stay out of Allocate's latency.
         gc.freeze()
         stop.wait()
-    finally:
-        daemon.stop()
     return 0
+
+
+def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: ExitStack) -> None:
+    """Start the resolver and metrics before serving, so the first registrations count; undo on ``cleanup``."""
+    from deviceplugin.resolve import AllocationResolver
+
+    resolver = AllocationResolver(events, args.pod_resources_socket)
+    events.listen(resolver.on_event)
+    resolver.start()
+    cleanup.callback(resolver.stop)
+    if args.metrics_address is not None:
+        from deviceplugin.metrics import Metrics, PoolCollector, serve_metrics
+
+        collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
+                                  registered=daemon.registered_resources, pod_resources=args.pod_resources_socket)
+        metrics = Metrics(collector, daemon.tree)
+        events.listen(metrics.on_event)
+        host, port = cleanup.enter_context(serve_metrics(metrics.registry, *args.metrics_address))
+        events.emit("metrics_serving", f"serving metrics at http://{host}:{port}/metrics",
+                    address=f"{host}:{port}")
+
+
+def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitStack) -> None:
+    from deviceplugin.nfd import feature_labels, remove_features, write_features
+
+    labels = feature_labels(daemon.topology, daemon.plan)
+    path = write_features(directory, labels)
+
+    def remove() -> None:
+        remove_features(path)
+        events.emit("nfd_removed", f"removed {path}", path=str(path))
+
+    cleanup.callback(remove)
+    events.emit("nfd_written", f"wrote NFD labels to {path}", path=str(path),
+                labels=[f"{k}={v}" for k, v in labels.items()])

@@ -18,6 +18,9 @@ from deviceplugin.errors import CmkError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("deviceplugin.cmd_describe", "show the CPU topology and the pool plan"),
     "demo": ("deviceplugin.cmd_demo", "run the seed pod on this machine with no cluster: daemon, kubelet stand-in, pinned processes"),
+    "host-config": ("deviceplugin.cmd_host_config",
+                    "print the kernel, kubelet and systemd settings the node needs for the pools"),
+    "probe": ("deviceplugin.cmd_probe", "exit 0 when every planned pool answers on its device-plugin socket"),
     "device-plugin": ("deviceplugin.cmd_device_plugin", "serve the pools to the kubelet (the node daemon)"),
     "install": ("deviceplugin.cmd_install", "install the self-contained pinner into the host's install directory"),
 }

@@ -37,11 +37,13 @@ from api.constants import (
 from deviceplugin import cdi
 from deviceplugin.devices import DeviceTree, device_tree, health_changes
 from deviceplugin.errors import CmkError
+from deviceplugin.events import Events
 from deviceplugin.plan import PlanOptions, PoolPlan, plan_pools
 from deviceplugin.registration import Registrar, Registration, socket_identity
 from deviceplugin.server import PoolServer, Preference, options_message
 from deviceplugin.sysfs import discover
 from deviceplugin.watcher import PluginDirWatcher, cpu_watcher
+from pinner.cpulist import format_cpu_list
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +78,14 @@ def _check_tree(tree: DeviceTree) -> None:
 class Daemon:
     """Plans at construction (so a bad plan fails before anything is served); :meth:`start` serves."""
 
-    def __init__(self, settings: DaemonSettings, *, prefer: Preference | None = None) -> None:
+    def __init__(self, settings: DaemonSettings, *, prefer: Preference | None = None,
+                 events: Events | None = None) -> None:
         if prefer is None:
             from deviceplugin.policy import preferred_allocation as prefer
         self.settings = settings
+        self.events = events or Events()
         self._prefer = prefer
-        topology = discover(settings.sysfs_root, settings.procfs_root)
+        self.topology = topology = discover(settings.sysfs_root, settings.procfs_root)
         self.plan: PoolPlan = plan_pools(topology, settings.plan)
         self.tree: DeviceTree = device_tree(self.plan, topology.online)
         _check_tree(self.tree)
@@ -138,6 +142,13 @@ class Daemon:
         registrar = self._registrar
         return registrar is not None and registrar.done and self._registered_with_current_kubelet(registrar)
 
+    def registered_resources(self) -> frozenset[str]:
+        """Resources registered with the kubelet currently listening (the metrics' registered gauge)."""
+        registrar, current = self._registrar, socket_identity(self.kubelet_socket)
+        if registrar is None or current is None:
+            return frozenset()
+        return frozenset(r for r, identity in registrar.registered_with().items() if identity == current)
+
     # --- CDI ------------------------------------------------------------------------------
 
     def cdi_devices(self, resource: str) -> tuple[str, ...]:
@@ -174,13 +185,15 @@ class Daemon:
         for resource, devices in self.tree.items():
             server = PoolServer(devices, socket_path=self.settings.kubelet_dir / socket_name(resource),
                                 install_dir=self.settings.install_dir, prefer=self._prefer,
-                                cdi_devices=self.cdi_devices(resource))
+                                cdi_devices=self.cdi_devices(resource), events=self.events)
             server.start()
             self._servers[resource] = server
             registrations.append(Registration(resource, server.socket_path.name, options_message(devices)))
-            log.info("serving %s on %s: %d devices, %d healthy", resource, server.socket_path,
-                     len(devices.devices), devices.healthy)
-        self._registrar = Registrar(self.kubelet_socket, registrations)
+            self.events.emit("serving", f"serving {resource} on {server.socket_path}: "
+                             f"{len(devices.devices)} devices, {devices.healthy} healthy",
+                             resource=resource, socket=str(server.socket_path), devices=len(devices.devices),
+                             healthy=devices.healthy)
+        self._registrar = Registrar(self.kubelet_socket, registrations, self.events)
         self._registrar.start()
 
     def _stop_serving(self) -> None:
@@ -232,8 +245,8 @@ class Daemon:
         return False
 
     def _restart(self) -> None:
-        log.info("kubelet restart seen: stopping %d servers, serving anew, registering again",
-                 len(self._servers))
+        self.events.emit("kubelet_restart", f"kubelet restart seen: stopping {len(self._servers)} servers, "
+                         "serving anew, registering again", servers=len(self._servers))
         self._stop_serving()
         self._serve()
 
@@ -249,7 +262,9 @@ class Daemon:
             if devices == old:
                 continue
             for device_id, healthy in health_changes(old, devices):
-                log.info("health: %s %s is now %s", resource, device_id,
-                         "Healthy" if healthy else "Unhealthy (a CPU is offline)")
+                self.events.emit("health_changed", f"health: {resource} {device_id} is now "
+                                 f"{'Healthy' if healthy else 'Unhealthy (a CPU is offline)'}",
+                                 pool=str(devices.pool), resource=resource, device=device_id,
+                                 cpus=format_cpu_list(devices.devices[device_id].cpus), healthy=healthy)
             self._servers[resource].update(devices)
         self.tree = new

@@ -1,13 +1,15 @@
 """What ``cmk describe`` reports, as plain data and as a table. Pure: no I/O.
 
 The data form is the contract for ``--output json|yaml`` (scripts read it);
-the table is for a person at a terminal.
+the table is for a person at a terminal. A ``live`` section, when the caller
+adds one (:mod:`deviceplugin.live`), is rendered after the plan.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from deviceplugin.live import render_live
 from deviceplugin.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
 from deviceplugin.topology import Core, Topology
 from pinner.cpulist import format_cpu_list
@@ -114,4 +116,6 @@ def render_table(data: dict[str, Any]) -> str:
         if plan[key]:
             lines.append(f"  {label}: {_braced(plan[key])}")
     lines += [f"note: {note}" for note in plan["notes"]]
+    if "live" in data:
+        lines += ["", *render_live(data["live"])]
     return "\n".join(lines)

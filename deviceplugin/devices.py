@@ -68,6 +68,10 @@ class PoolDevices:
     def healthy(self) -> int:
         return sum(1 for device in self.devices.values() if device.healthy)
 
+    def cpus_of(self, ids: Iterable[str]) -> frozenset[int]:
+        """The CPUs behind known IDs: a core's threads, or a slot's whole pool; unknown IDs add none."""
+        return frozenset(cpu for i in ids if i in self.devices for cpu in self.devices[i].cpus)
+
 
 #: resource name -> its snapshot; only pools with CPUs appear.
 DeviceTree = Mapping[str, PoolDevices]

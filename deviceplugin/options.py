@@ -1,6 +1,7 @@
 """Command-line flags shared by every subcommand that plans pools (describe, device-plugin, host-config).
 
-One definition, so ``cmk describe`` shows exactly the plan the daemon serves for the same flags.
+One definition, so ``cmk describe`` shows exactly the plan the daemon serves for the same flags,
+and reads the same pod resources socket the daemon's metrics read.
 """
 
 from __future__ import annotations
@@ -72,3 +73,11 @@ def plan_options(args: argparse.Namespace) -> PlanOptions:
         shared_slots=args.shared_slots,
         infra_slots=args.infra_slots,
     )
+
+
+def add_pod_resources_argument(parser: argparse.ArgumentParser, purpose: str) -> None:
+    from deviceplugin.assignments import DEFAULT_POD_RESOURCES_SOCKET
+
+    parser.add_argument("--pod-resources-socket", type=Path, default=DEFAULT_POD_RESOURCES_SOCKET,
+                        metavar="PATH", help=f"the kubelet's pod resources socket, {purpose} "
+                                             f"(default: {DEFAULT_POD_RESOURCES_SOCKET})")

@@ -20,8 +20,7 @@ import grpc
 from api.constants import API_VERSION
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-
-log = logging.getLogger(__name__)
+from deviceplugin.events import Events
 
 FIRST_DELAY = 0.05
 MAX_DELAY = 5.0
@@ -57,8 +56,10 @@ def register(kubelet_socket: Path, registration: Registration, *, timeout: float
 class Registrar:
     """Registers each pool once, in a thread, retrying with backoff until done or cancelled."""
 
-    def __init__(self, kubelet_socket: Path, registrations: Sequence[Registration]) -> None:
+    def __init__(self, kubelet_socket: Path, registrations: Sequence[Registration],
+                 events: Events | None = None) -> None:
         self._kubelet_socket = kubelet_socket
+        self._events = events or Events()
         self._pending = list(registrations)
         self._cancel = threading.Event()
         self._wake = threading.Event()
@@ -103,9 +104,12 @@ class Registrar:
                 register(self._kubelet_socket, registration)
             except grpc.RpcError as err:
                 if not complained:  # one line per outage, not one per retry
-                    log.warning("cannot register %s at %s (%s: %s); retrying with backoff up to %.0f s",
-                                registration.resource, self._kubelet_socket, err.code().name,
-                                err.details(), MAX_DELAY)
+                    self._events.emit(
+                        "register_failed",
+                        f"cannot register {registration.resource} at {self._kubelet_socket} "
+                        f"({err.code().name}: {err.details()}); retrying with backoff up to {MAX_DELAY:.0f} s",
+                        level=logging.WARNING, resource=registration.resource,
+                        kubelet_socket=str(self._kubelet_socket), code=err.code().name, details=err.details())
                     complained = True
                 self._wake.wait(delay)
                 self._wake.clear()
@@ -117,6 +121,8 @@ class Registrar:
             with self._lock:
                 self._pending.pop(0)
                 self._registered[registration.resource] = identity
-            log.info("registered %s with the kubelet (endpoint %s, preferred allocation %s)",
-                     registration.resource, registration.endpoint,
-                     "on" if registration.options.get_preferred_allocation_available else "off")
+            preferred = registration.options.get_preferred_allocation_available
+            self._events.emit("registered", f"registered {registration.resource} with the kubelet "
+                              f"(endpoint {registration.endpoint}, preferred allocation {'on' if preferred else 'off'})",
+                              resource=registration.resource, endpoint=registration.endpoint,
+                              preferred_allocation=preferred)

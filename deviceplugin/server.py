@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from pathlib import Path
@@ -26,7 +27,9 @@ from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.answers import ContainerAnswer, DeviceRequestError, allocate_answer
 from deviceplugin.devices import PoolDevices
 from deviceplugin.errors import CmkError
+from deviceplugin.events import Events
 from deviceplugin.topology import Core
+from pinner.cpulist import format_cpu_list
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +73,9 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     """Serves one resource; :meth:`update` pushes a new snapshot to every open stream."""
 
     def __init__(self, devices: PoolDevices, *, socket_path: Path, install_dir: str,
-                 prefer: Preference, cdi_devices: tuple[str, ...] = ()) -> None:
+                 prefer: Preference, cdi_devices: tuple[str, ...] = (), events: Events | None = None) -> None:
         self.socket_path = socket_path
+        self._events = events or Events()
         self._install_dir = install_dir
         self._cdi_devices = cdi_devices
         self._prefer = prefer
@@ -160,7 +164,9 @@ class PoolServer(pb_grpc.DevicePluginServicer):
 
     def GetPreferredAllocation(self, request: pb.PreferredAllocationRequest,
                                context: grpc.ServicerContext) -> pb.PreferredAllocationResponse:
+        start = time.perf_counter()
         devices = self._devices
+        where = {"pool": str(devices.pool), "resource": devices.resource}
         if not devices.preferred_allocation:
             context.abort(grpc.StatusCode.UNIMPLEMENTED,
                           f"{devices.resource}: slots are interchangeable, preferred allocation is not offered")
@@ -170,22 +176,34 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                 chosen = self._prefer(devices.cores, list(req.available_deviceIDs),
                                       list(req.must_include_deviceIDs), req.allocation_size)
             except ValueError as err:
+                self._events.emit("preferred_allocation_refused", f"refused preferred allocation: {err}",
+                                  level=logging.WARNING, **where, error=str(err),
+                                  seconds=time.perf_counter() - start)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{devices.resource}: {err}")
+            self._events.emit("preferred_allocation", f"preferred {' '.join(chosen)} for {devices.resource}",
+                              level=logging.DEBUG, **where, available=list(req.available_deviceIDs),
+                              must_include=list(req.must_include_deviceIDs), size=req.allocation_size,
+                              chosen=chosen, seconds=time.perf_counter() - start)
             responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
+        start = time.perf_counter()
         devices = self._devices
+        where = {"pool": str(devices.pool), "resource": devices.resource}
         responses = []
         for req in request.container_requests:
+            ids = list(req.devices_ids)
             try:
-                answer = allocate_answer(devices, list(req.devices_ids), install_dir=self._install_dir,
+                answer = allocate_answer(devices, ids, install_dir=self._install_dir,
                                          cdi_devices=self._cdi_devices)
             except DeviceRequestError as err:
-                log.warning("refused allocation: %s", err)
+                self._events.emit("allocate_refused", f"refused allocation: {err}", level=logging.WARNING,
+                                  **where, devices=ids, error=str(err), seconds=time.perf_counter() - start)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
-            log.info("allocated %s %s: %s", devices.resource, ",".join(req.devices_ids),
-                     " ".join(f"{k}={v}" for k, v in answer.envs.items()))
+            cpus = format_cpu_list(devices.cpus_of(ids))
+            self._events.emit("allocated", f"allocated {devices.resource} {','.join(ids)}: CPUs {cpus}",
+                              **where, devices=ids, cpus=cpus, seconds=time.perf_counter() - start)
             responses.append(answer_message(answer))
         return pb.AllocateResponse(container_responses=responses)
 

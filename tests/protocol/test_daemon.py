@@ -326,12 +326,14 @@ def test_a_shared_cpu_offline_makes_every_shared_slot_unhealthy(kubelet, start_d
 # --- the process: SIGTERM, bad input, no kubelet ----------------------------------------------
 
 def daemon_process(plugin_dir: Path, sysfs: Path, procfs: Path, *flags: str) -> subprocess.Popen[str]:
-    """The CLI daemon; its CDI spec goes to ``<plugin_dir>/cdi`` unless the flags say otherwise (never /var/run/cdi)."""
+    """The CLI daemon; its CDI spec goes to ``<plugin_dir>/cdi`` and its NFD file to ``<plugin_dir>/features.d``
+    unless the flags say otherwise (never /var/run/cdi or the host's features.d)."""
     if "--cdi-dir" not in flags and "--no-cdi" not in flags:
         flags = (*flags, "--cdi-dir", str(plugin_dir / "cdi"))
     return subprocess.Popen(
         [sys.executable, "-m", "deviceplugin", "device-plugin", "--kubelet-dir", str(plugin_dir),
-         "--sysfs-root", str(sysfs), "--procfs-root", str(procfs), *flags],
+         "--sysfs-root", str(sysfs), "--procfs-root", str(procfs),
+         "--nfd-features-dir", str(plugin_dir / "features.d"), *flags],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )

@@ -1,0 +1,294 @@
+"""deploy/: every kustomization renders, validates against current Kubernetes, and keeps least privilege.
+
+Rendering is the real ``kubectl kustomize``; validation is ``kubernetes-validate`` in strict mode
+(unknown fields and API versions the cluster no longer serves are errors) against 1.30, the oldest
+release we support, and the newest schemas it ships. Policy checks read the rendered objects, so an
+overlay cannot undo what the base promises.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from deviceplugin.commands import build_parser
+from deviceplugin.config import parse_config
+from deviceplugin.plan import RESOURCE_NAMES, Pool
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+KUSTOMIZATIONS = sorted(path.parent.relative_to(DEPLOY).as_posix() for path in DEPLOY.rglob("kustomization.yaml"))
+OLDEST = "1.30.0"
+VERSIONS = sorted({OLDEST, kubernetes_validate.latest_version()})
+POD_KINDS = {"Pod", "DaemonSet", "Deployment", "StatefulSet", "Job", "CronJob", "ReplicaSet"}
+RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+POOL_OF_RESOURCE = {resource: str(pool) for pool, resource in RESOURCE_NAMES.items()}
+
+
+@cache
+def render(kustomization: str) -> tuple[dict[str, Any], ...]:
+    proc = subprocess.run(["kubectl", "kustomize", str(DEPLOY / kustomization)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"kubectl kustomize {kustomization}: {proc.stderr}"
+    return tuple(doc for doc in yaml.safe_load_all(proc.stdout) if doc)
+
+
+def objects(kind: str, kustomization: str) -> list[dict[str, Any]]:
+    return [obj for obj in render(kustomization) if obj["kind"] == kind]
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj["spec"] if obj["kind"] == "Pod" else obj["spec"]["template"]["spec"]
+
+
+def all_pod_specs() -> Iterator[tuple[str, dict[str, Any]]]:
+    for kustomization in KUSTOMIZATIONS:
+        for obj in render(kustomization):
+            if obj["kind"] in POD_KINDS:
+                yield f"{kustomization}:{obj['kind']}/{obj['metadata']['name']}", pod_spec(obj)
+
+
+def containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return spec.get("initContainers", []) + spec["containers"]
+
+
+def daemon_container(kustomization: str) -> dict[str, Any]:
+    (daemonset,) = objects("DaemonSet", kustomization)
+    (daemon,) = [c for c in pod_spec(daemonset)["containers"] if c["name"] == "daemon"]
+    return daemon
+
+
+DAEMON_KUSTOMIZATIONS = [k for k in KUSTOMIZATIONS if k != "examples"]
+
+
+def test_the_expected_kustomizations_exist() -> None:
+    assert KUSTOMIZATIONS == ["base", "examples", "overlays/cdi-off", "overlays/node-group-large"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_every_object_validates_strictly(kustomization: str, version: str) -> None:
+    rendered = render(kustomization)
+    assert rendered, f"{kustomization} renders nothing"
+    for obj in rendered:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_strict_validation_rejects_unknown_fields_and_retired_apis() -> None:
+    """The validator the tests above rely on does fail: an unknown field, an API version gone since 1.16."""
+    (daemonset,) = objects("DaemonSet", "base")
+    broken = yaml.safe_load(yaml.safe_dump(daemonset))
+    broken["spec"]["template"]["spec"]["containers"][0]["privilegd"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, OLDEST, strict=True)
+    retired = dict(daemonset, apiVersion="extensions/v1beta1")
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        kubernetes_validate.validate(retired, OLDEST, strict=True)
+
+
+@pytest.mark.parametrize(("where", "spec"), list(all_pod_specs()))
+def test_no_workload_is_privileged_or_in_a_host_namespace(where: str, spec: dict[str, Any]) -> None:
+    for field in ("hostPID", "hostNetwork", "hostIPC"):
+        assert not spec.get(field), f"{where}: {field}"
+    for container in containers(spec):
+        context = container.get("securityContext", {})
+        assert context.get("privileged") is not True, f"{where}/{container['name']}: privileged"
+        assert context.get("allowPrivilegeEscalation") is False, f"{where}/{container['name']}"
+        assert context.get("readOnlyRootFilesystem") is True, f"{where}/{container['name']}"
+        # Nothing remains: the daemon writes only root-owned host directories as their owner (uid 0).
+        assert context.get("capabilities") == {"drop": ["ALL"]}, f"{where}/{container['name']}"
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", where
+
+
+@pytest.mark.parametrize(("where", "spec"), list(all_pod_specs()))
+def test_every_container_has_cpu_and_memory_requests_and_limits(where: str, spec: dict[str, Any]) -> None:
+    for container in containers(spec):
+        resources = container["resources"]
+        for kind in ("requests", "limits"):
+            assert {"cpu", "memory"} <= resources[kind].keys(), f"{where}/{container['name']} {kind}"
+
+
+@pytest.mark.parametrize(("where", "spec"), list(all_pod_specs()))
+def test_no_host_proc_anywhere(where: str, spec: dict[str, Any]) -> None:
+    for volume in spec.get("volumes", []):
+        path = volume.get("hostPath", {}).get("path", "")
+        assert not (path == "/proc" or path.startswith("/proc/")), f"{where}: hostPath {path}"
+
+
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_no_api_permissions_are_granted(kustomization: str) -> None:
+    kinds = {obj["kind"] for obj in render(kustomization)}
+    assert not kinds & RBAC_KINDS
+    for account in objects("ServiceAccount", kustomization):
+        assert account["automountServiceAccountToken"] is False
+    for _, spec in all_pod_specs():
+        assert spec["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
+def test_daemonset_rolls_out_one_node_at_a_time_without_surge(kustomization: str) -> None:
+    (daemonset,) = objects("DaemonSet", kustomization)
+    strategy = daemonset["spec"]["updateStrategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}
+
+
+@pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
+def test_daemonset_runs_only_on_prepared_nodes_as_node_critical(kustomization: str) -> None:
+    (daemonset,) = objects("DaemonSet", kustomization)
+    spec = pod_spec(daemonset)
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["nodeSelector"]["cmk.intel.com/cpu-pools"]
+    (account,) = objects("ServiceAccount", kustomization)
+    assert spec["serviceAccountName"] == account["metadata"]["name"]
+
+
+@pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
+def test_daemon_mounts_kubelet_dir_install_dir_and_read_only_sys(kustomization: str) -> None:
+    (daemonset,) = objects("DaemonSet", kustomization)
+    spec = pod_spec(daemonset)
+    host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {m["mountPath"]: m for m in daemon_container(kustomization)["volumeMounts"]}
+    by_host = {host_paths[m["name"]]: m for m in mounts.values() if m["name"] in host_paths}
+    assert by_host["/var/lib/kubelet/device-plugins"].get("readOnly") is not True
+    assert by_host["/opt/bin"]["readOnly"] is True
+    assert by_host["/sys"]["readOnly"] is True
+    (install,) = spec["initContainers"]
+    assert install["args"][0] == "install"
+    (install_mount,) = install["volumeMounts"]
+    assert host_paths[install_mount["name"]] == "/opt/bin" and not install_mount.get("readOnly")
+
+
+def test_cdi_dir_is_mounted_in_base_and_dropped_with_cdi_off() -> None:
+    base, off = daemon_container("base"), daemon_container("overlays/cdi-off")
+    assert "--cdi-dir=/var/run/cdi" in base["args"]
+    assert "/var/run/cdi" in {m["mountPath"] for m in base["volumeMounts"]}
+    assert "--no-cdi" in off["args"]
+    assert not [arg for arg in off["args"] if arg.startswith("--cdi-dir")]
+    assert "/var/run/cdi" not in {m["mountPath"] for m in off["volumeMounts"]}
+    (daemonset,) = objects("DaemonSet", "overlays/cdi-off")
+    assert "cdi" not in {v["name"] for v in pod_spec(daemonset)["volumes"]}
+
+
+def test_node_group_overlay_is_a_separate_daemonset_with_its_own_pool_layout() -> None:
+    (base,) = objects("DaemonSet", "base")
+    (large,) = objects("DaemonSet", "overlays/node-group-large")
+    assert base["metadata"]["name"] != large["metadata"]["name"]
+    base_selector = base["spec"]["selector"]["matchLabels"]
+    large_selector = large["spec"]["selector"]["matchLabels"]
+    # a DaemonSet whose selector matched the other's pods would adopt or delete them
+    assert base_selector.items() - large_selector.items() or large_selector.items() - base_selector.items()
+    assert not (large_selector.items() <= base["spec"]["template"]["metadata"]["labels"].items())
+    assert pod_spec(base)["nodeSelector"]["cmk.intel.com/cpu-pools"] == "default"
+    assert pod_spec(large)["nodeSelector"]["cmk.intel.com/cpu-pools"] == "large"
+    (base_config,) = objects("ConfigMap", "base")
+    (large_config,) = objects("ConfigMap", "overlays/node-group-large")
+    assert base_config["data"] != large_config["data"]
+    (volume,) = [v for v in pod_spec(large)["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == large_config["metadata"]["name"]
+    assert not objects("Namespace", "overlays/node-group-large"), "the base owns the namespace"
+
+
+@pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
+def test_probes_run_cmk_probe_with_flags_it_accepts(kustomization: str) -> None:
+    daemon = daemon_container(kustomization)
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        command = daemon[probe]["exec"]["command"]
+        assert command[:2] == ["cmk", "probe"], probe
+        args = build_parser().parse_args(command[1:])
+        assert args.command == "probe"
+        config = next(m for m in daemon["volumeMounts"] if m["name"] == "config")["mountPath"]
+        assert str(args.kubelet_dir) in {m["mountPath"] for m in daemon["volumeMounts"]}
+        assert str(args.sysfs_root) in {m["mountPath"] for m in daemon["volumeMounts"]}
+        assert any(arg.startswith(f"--config={config}/") for arg in command)
+        # the probe plans from the daemon's own arguments, so both see the same pools
+        assert set(command[2:]) <= set(daemon["args"]), probe
+
+
+@pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
+def test_daemon_args_are_flags_cmk_device_plugin_accepts(kustomization: str) -> None:
+    daemon = daemon_container(kustomization)
+    args = daemon["args"]
+    assert args[0] == "device-plugin"
+    parsed = build_parser().parse_args(args)
+    assert parsed.command == "device-plugin"
+    (install,) = pod_spec(objects("DaemonSet", kustomization)[0])["initContainers"]
+    assert build_parser().parse_args(install["args"]).install_dir == Path(parsed.install_dir)
+
+
+@pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
+def test_pool_config_is_a_valid_daemon_config(kustomization: str) -> None:
+    (config,) = objects("ConfigMap", kustomization)
+    values = parse_config(yaml.safe_load(config["data"]["config.yaml"]), kustomization)
+    assert values, "the config sets nothing"
+
+
+@pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
+def test_daemon_reads_sysfs_where_it_is_mounted(kustomization: str) -> None:
+    daemon = daemon_container(kustomization)
+    mounts = {m["mountPath"] for m in daemon["volumeMounts"]}
+    for arg in daemon["args"]:
+        if arg.startswith(("--sysfs-root=", "--kubelet-dir=", "--install-dir=", "--cdi-dir=", "--config=")):
+            path = arg.split("=", 1)[1]
+            assert any(path == m or path.startswith(m + "/") for m in mounts), arg
+
+
+def _examples() -> dict[str, dict[str, Any]]:
+    return {obj["metadata"]["name"]: obj for obj in objects("Pod", "examples")}
+
+
+def test_examples_have_no_service_account_and_no_host_paths() -> None:
+    pods = _examples()
+    assert set(pods) == {"cmk-three-pools", "cmk-cdi-only", "cmk-guaranteed-exclusive"}
+    for name, pod in pods.items():
+        spec = pod["spec"]
+        assert "serviceAccountName" not in spec, name
+        assert not [v for v in spec.get("volumes", []) if "hostPath" in v], name
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+
+
+def _pool_resources(container: dict[str, Any]) -> list[str]:
+    return [POOL_OF_RESOURCE[r] for r in container["resources"]["limits"] if r in POOL_OF_RESOURCE]
+
+
+def _pinner_pool(container: dict[str, Any]) -> str | None:
+    command = container["command"]
+    if command[:2] != ["/opt/bin/cmk", "isolate"]:
+        return None
+    (pool,) = [arg.split("=", 1)[1] for arg in command if arg.startswith("--pool=")]
+    return pool
+
+
+def test_three_pool_example_pins_each_container_to_the_pool_it_requests() -> None:
+    spec = _examples()["cmk-three-pools"]["spec"]
+    pools = []
+    for container in spec["containers"]:
+        (requested,) = _pool_resources(container)
+        assert _pinner_pool(container) == requested, shlex.join(container["command"])
+        assert container["resources"]["requests"] == container["resources"]["limits"] or requested != "exclusive"
+        pools.append(requested)
+    assert sorted(pools) == sorted([str(Pool.EXCLUSIVE), str(Pool.SHARED), str(Pool.INFRA)])
+
+
+def test_cdi_example_never_calls_the_pinner() -> None:
+    (container,) = _examples()["cmk-cdi-only"]["spec"]["containers"]
+    assert _pool_resources(container) == [str(Pool.EXCLUSIVE)]
+    assert _pinner_pool(container) is None
+    assert not any("cmk" in part for part in container["command"])
+
+
+def test_guaranteed_example_requests_the_cpu_of_its_cores() -> None:
+    (container,) = _examples()["cmk-guaranteed-exclusive"]["spec"]["containers"]
+    resources = container["resources"]
+    assert resources["requests"] == resources["limits"]  # Guaranteed QoS
+    cores = int(resources["limits"][RESOURCE_NAMES[Pool.EXCLUSIVE]])
+    assert cores == 2
+    assert int(resources["limits"]["cpu"]) == 2 * cores  # both threads of each SMT core
+    assert _pinner_pool(container) == str(Pool.EXCLUSIVE)

@@ -1,0 +1,213 @@
+"""`cmk host-config`: the node settings it prints serve exactly the plan `cmk describe` shows once applied.
+
+The agreement tests run both commands as real processes on real machine dumps: host-config on a
+copy with nothing isolated, then describe on a copy booted with host-config's own kernel line
+(``cpu/isolated`` and ``/proc/cmdline`` written from it), with the same pool flags.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deviceplugin.errors import CmkError
+from deviceplugin.hostconfig import (
+    HostOptions,
+    host_config,
+    host_config_data,
+    render_text,
+)
+from deviceplugin.plan import PlanOptions, Pool
+from deviceplugin.topology import build_topology
+from pinner.cpulist import parse_cpu_list
+from tests.topologies import fixture_copy
+
+# 8 cores x 2 threads, core i = {i, i+8}
+SMT8 = [(i, i + 8) for i in range(8)]
+
+
+def cmk(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deviceplugin", *args],
+                          check=False, capture_output=True, text=True, timeout=60)
+
+
+def kernel_arg(args: list[str], name: str) -> frozenset[int] | None:
+    values = [arg.split("=", 1)[1] for arg in args if arg.startswith(name + "=")]
+    assert len(values) <= 1, args
+    return parse_cpu_list(values[0]) if values else None
+
+
+def dropin(config_data: dict, path_part: str) -> str:
+    (content,) = [d["content"] for d in config_data["systemd_dropins"] if path_part in d["path"]]
+    return content
+
+
+def test_isolates_exclusive_and_shared_of_the_plan_made_without_isolation():
+    topology = build_topology(SMT8, isolated=[6, 14, 7, 15])  # booted with other cores isolated
+    config = host_config(topology, PlanOptions(num_exclusive_cores=3, num_shared_cores=2))
+    assert config.plan.cpus(Pool.EXCLUSIVE) == {1, 2, 3, 9, 10, 11}
+    assert config.plan.cpus(Pool.SHARED) == {4, 5, 12, 13}
+    assert config.kernel_args == ("isolcpus=1-5,9-13",)
+    assert config.infra == {0, 6, 7, 8, 14, 15}
+    assert config.reboot_needed
+
+
+def test_the_housekeeping_core_is_never_isolated_even_with_defaults():
+    config = host_config(build_topology(SMT8), PlanOptions())
+    isolated = kernel_arg(list(config.kernel_args), "isolcpus")
+    assert isolated == {1, 2, 3, 4, 5, 9, 10, 11, 12, 13}  # CMK's defaults: 4 exclusive + 1 shared
+    assert not isolated & {0, 8}
+
+
+def test_nohz_full_rcu_nocbs_and_irqaffinity_only_when_asked():
+    topology = build_topology(SMT8)
+    plain = host_config(topology, PlanOptions(num_exclusive_cores=2, num_shared_cores=1))
+    assert [arg.split("=")[0] for arg in plain.kernel_args] == ["isolcpus"]
+    full = host_config(topology, PlanOptions(num_exclusive_cores=2, num_shared_cores=1),
+                       HostOptions(nohz_full=True, rcu_nocbs=True, irqaffinity=True))
+    args = list(full.kernel_args)
+    assert kernel_arg(args, "nohz_full") == kernel_arg(args, "rcu_nocbs") == kernel_arg(args, "isolcpus")
+    assert kernel_arg(args, "irqaffinity") == full.infra == {0, 4, 5, 6, 7, 8, 12, 13, 14, 15}
+
+
+def test_nothing_to_isolate_prints_no_isolcpus():
+    config = host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=0, num_shared_cores=0))
+    assert config.kernel_args == ()
+    assert any("nothing to isolate" in note for note in config.notes)
+    assert not config.reboot_needed
+
+
+def test_kubelet_reserves_the_first_infra_core_and_policy_none():
+    config = host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=2, num_shared_cores=1))
+    assert config.kubelet["cpuManagerPolicy"] == "none"
+    assert config.kubelet["kind"] == "KubeletConfiguration"
+    assert parse_cpu_list(config.kubelet["reservedSystemCPUs"]) == {0, 8}
+    assert host_config_data(config)["kubelet_allocatable_cpu"] == 14
+    two = host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=2, num_shared_cores=1),
+                      HostOptions(reserved_cores=2))
+    assert parse_cpu_list(two.kubelet["reservedSystemCPUs"]) == {0, 4, 8, 12}
+
+
+@pytest.mark.parametrize(("cores", "message"), [(0, "must be 1 or more"), (6, "exceeds the 5 infra cores")])
+def test_impossible_reservation_is_an_error_naming_the_fix(cores, message):
+    with pytest.raises(CmkError, match=message):
+        host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=2, num_shared_cores=1),
+                    HostOptions(reserved_cores=cores))
+
+
+def test_dropins_keep_host_services_on_infra_only():
+    options = PlanOptions(num_exclusive_cores=2, num_shared_cores=1, excl_non_isolcpus=frozenset({7}))
+    config = host_config(build_topology(SMT8), options, HostOptions(runtimes=("crio",)))
+    data = host_config_data(config)
+    assert data["pools"]["exclusive-non-isolcpus"] == "7,15"
+    assert kernel_arg(data["kernel_cmdline"], "isolcpus") == {1, 2, 3, 9, 10, 11}  # named cores stay out
+    infra_line = "0 4-6 8 12-14"
+    assert f"[Manager]\nCPUAffinity={infra_line}\n" in dropin(data, "system.conf.d/")
+    assert f"[Slice]\nAllowedCPUs={infra_line}\n" in dropin(data, "/system.slice.d/")
+    assert f"[Slice]\nAllowedCPUs={infra_line}\n" in dropin(data, "/user.slice.d/")
+    runtime = dropin(data, "crio.service.d/")
+    assert f"CPUAffinity={infra_line}\n" in runtime and f"AllowedCPUs={infra_line}\n" in runtime
+    assert not [d for d in data["systemd_dropins"] if "containerd" in d["path"]]
+
+
+def test_text_output_has_each_part_ready_to_paste():
+    text = render_text(host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=2, num_shared_cores=1)))
+    lines = text.splitlines()
+    assert "isolcpus=1-3,9-11" in lines
+    assert "cpuManagerPolicy: none" in lines
+    assert "reservedSystemCPUs: 0,8" in lines
+    assert "### /etc/systemd/system/containerd.service.d/50-cmk-cpu-pools.conf" in lines
+
+
+AGREEMENT = [
+    ("hwloc-16em64t-4s2c2t", []),
+    ("hwloc-16em64t-4s2c2t", ["--num-exclusive-cores", "3", "--num-shared-cores", "2", "--exclusive-mode", "spread"]),
+    ("hwloc-64amd64-4s2n4ca2co", ["--num-exclusive-cores", "10", "--shared-mode", "spread",
+                                  "--excl-non-isolcpus", "5"]),
+    ("hwloc-96em64t-4no4pa3ca2co", ["--num-exclusive-cores", "20", "--num-shared-cores", "4",
+                                    "--exclusive-mode", "spread", "--reserved-cores", "2"]),
+    ("hwloc-20em64t-hybrid-1p6c2t+2ca4co1t", ["--num-shared-cores", "2"]),
+    ("hwloc-2arm-2c", []),
+    ("cmk-xeon_d", ["--num-exclusive-cores", "3", "--num-shared-cores", "1"]),
+]
+PLAN_FLAGS_ONLY = {"--reserved-cores"}
+
+
+def plan_flags(flags: list[str]) -> list[str]:
+    out, skip = [], False
+    for i, flag in enumerate(flags):
+        if skip:
+            skip = False
+        elif flag in PLAN_FLAGS_ONLY:
+            skip = True
+        else:
+            out.append(flag)
+    return out
+
+
+def roots(sysfs: Path, procfs: Path) -> list[str]:
+    return ["--sysfs-root", str(sysfs), "--procfs-root", str(procfs)]
+
+
+@pytest.mark.parametrize(("fixture", "flags"), AGREEMENT)
+def test_describe_on_the_node_booted_with_host_config_shows_the_same_cpus(tmp_path, fixture, flags):
+    pristine = fixture_copy(fixture, tmp_path / "pristine", isolcpus="", cmdline="ro quiet")
+    result = cmk("host-config", "-o", "json", *roots(*pristine), *flags)
+    assert result.returncode == 0, result.stderr
+    config = json.loads(result.stdout)
+    isolcpus = kernel_arg(config["kernel_cmdline"], "isolcpus")
+    assert isolcpus, config
+
+    line = " ".join(["ro quiet", *config["kernel_cmdline"]])
+    booted = fixture_copy(fixture, tmp_path / "booted", isolcpus=config["kernel_cmdline"][0].split("=")[1],
+                          cmdline=line)
+    described = cmk("describe", "-o", "json", *roots(*booted), *plan_flags(flags))
+    assert described.returncode == 0, described.stderr
+    data = json.loads(described.stdout)
+    pools = {pool["pool"]: parse_cpu_list(pool["cpus"]) for pool in data["plan"]["pools"]}
+    assert data["plan"]["source"] == "isolcpus"
+    assert pools == {pool: parse_cpu_list(cpus) for pool, cpus in config["pools"].items()}
+    assert isolcpus == pools["exclusive"] | pools["shared"]
+    assert data["plan"]["unused_isolated_cores"] == [] and data["plan"]["partially_isolated_cores"] == []
+
+    # the kubelet's reservation: whole infra cores, the first ones describe lists, and the rest allocatable
+    reserved = parse_cpu_list(config["kubelet_config"]["reservedSystemCPUs"])
+    (infra,) = [pool for pool in data["plan"]["pools"] if pool["pool"] == "infra"]
+    count = int(dict(itertools.pairwise(flags)).get("--reserved-cores", 1))
+    first_cores = sorted((parse_cpu_list(core) for core in infra["cores"]), key=min)[:count]
+    assert reserved == frozenset().union(*first_cores)
+    online = parse_cpu_list(data["topology"]["online_cpus"])
+    assert config["kubelet_allocatable_cpu"] == len(online) - len(reserved)
+
+    # run again on the booted node: the same advice, and nothing left to do
+    again = cmk("host-config", "-o", "json", *roots(*booted), *flags)
+    assert again.returncode == 0, again.stderr
+    settled = json.loads(again.stdout)
+    assert settled["reboot_needed"] is False and config["reboot_needed"] is True
+    assert {k: v for k, v in settled.items() if k not in {"reboot_needed", "current_isolcpus", "notes"}} == \
+        {k: v for k, v in config.items() if k not in {"reboot_needed", "current_isolcpus", "notes"}}
+
+
+def test_cli_text_on_this_machine_runs():
+    result = cmk("host-config")
+    assert result.returncode == 0, result.stderr
+    assert "cpuManagerPolicy: none" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--reserved-cores", "0"], "--reserved-cores must be 1 or more"),
+    (["--num-exclusive-cores", "99"], "ask for fewer"),
+    (["--runtime", "docker"], "invalid choice: 'docker'"),
+    (["--output", "yaml"], "invalid choice: 'yaml'"),
+])
+def test_bad_input_is_one_line_without_traceback(args, message):
+    result = cmk("host-config", *args)
+    assert result.returncode != 0
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,193 @@
+"""The pure parts of observability with literal values: live view data, pod resources folding, NFD labels,
+log lines, metrics addresses."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from api.podresources.v1 import podresources_pb2 as pb
+from deviceplugin.assignments import (
+    Assignments,
+    Holding,
+    allocatable_from,
+    holdings_from,
+)
+from deviceplugin.devices import device_tree
+from deviceplugin.errors import CmkError
+from deviceplugin.events import Events
+from deviceplugin.live import live_data, render_live
+from deviceplugin.logfmt import JsonFormatter, KeyValueFormatter, configure
+from deviceplugin.metrics import parse_address
+from deviceplugin.nfd import FEATURE_FILE, check_label, feature_labels, write_features
+from deviceplugin.plan import PlanOptions, Pool, plan_pools
+from deviceplugin.sysfs import discover
+from tests.topologies import FIXTURES
+
+XEON_D = discover(FIXTURES / "cmk-xeon_d/sys", FIXTURES / "cmk-xeon_d/proc")  # isolcpus=0-3,8-11
+PLAN = plan_pools(XEON_D, PlanOptions(num_exclusive_cores=3, shared_slots=2, infra_slots=2))
+EXCLUSIVE, SHARED, INFRA = "cmk.intel.com/exclusive-cores", "cmk.intel.com/shared", "cmk.intel.com/infra"
+
+
+# --- pod resources folding ----------------------------------------------------------------------
+
+def test_list_entries_per_numa_node_fold_into_one_holding_per_container_and_resource():
+    response = pb.ListPodResourcesResponse(pod_resources=[pb.PodResources(name="p", namespace="ns", containers=[
+        pb.ContainerResources(name="c", devices=[
+            pb.ContainerDevices(resource_name=EXCLUSIVE, device_ids=["cpus-0.8"],
+                                topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=0)])),
+            pb.ContainerDevices(resource_name=SHARED, device_ids=["shared-001"],
+                                topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=0)])),
+            pb.ContainerDevices(resource_name=SHARED, device_ids=["shared-001"],  # the same slot on node 1
+                                topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=1)])),
+            pb.ContainerDevices(resource_name="vendor.com/gpu", device_ids=["gpu0"]),
+        ])])])
+    assert holdings_from(response, [EXCLUSIVE, SHARED]) == (
+        Holding("ns", "p", "c", EXCLUSIVE, ("cpus-0.8",)), Holding("ns", "p", "c", SHARED, ("shared-001",)))
+    assert len(holdings_from(response)) == 3  # no filter: other vendors' resources too
+    allocatable = pb.AllocatableResourcesResponse(devices=[
+        pb.ContainerDevices(resource_name=SHARED, device_ids=["shared-000"]),
+        pb.ContainerDevices(resource_name=SHARED, device_ids=["shared-000"]),
+        pb.ContainerDevices(resource_name=SHARED, device_ids=["shared-001"])])
+    assert allocatable_from(allocatable) == {SHARED: frozenset({"shared-000", "shared-001"})}
+
+
+# --- live view ----------------------------------------------------------------------------------
+
+def pools_of(live):
+    return {pool["pool"]: pool for pool in live["pools"]}
+
+
+def test_live_view_maps_ids_to_cpus_through_the_device_model():
+    tree = device_tree(PLAN, XEON_D.online)
+    assignments = Assignments(
+        holdings=(Holding("default", "web", "app", EXCLUSIVE, ("cpus-1.9",)),
+                  Holding("default", "web", "side", SHARED, ("shared-001",)),
+                  Holding("default", "old", "app", EXCLUSIVE, ("cpus-7.15",))),  # not in this plan
+        allocatable={EXCLUSIVE: frozenset({"cpus-0.8", "cpus-1.9"}), SHARED: frozenset({"shared-000", "shared-001"})},
+    )
+    pools = pools_of(live_data(tree, assignments, "/s"))
+    exclusive = pools["exclusive"]
+    by_pod = {c["pod"]: c for c in exclusive["containers"]}
+    assert by_pod["web"]["cpus"] == "1,9"
+    assert by_pod["old"]["cpus"] == "" and by_pod["old"]["devices"] == ["cpus-7.15"]  # an ID this plan lacks
+    assert exclusive["unknown_devices"] == ["cpus-7.15"]
+    assert exclusive["unhealthy_devices"] == [{"device": "cpus-2.10", "cpus": "2,10",
+                                               "reason": "not allocatable at the kubelet"}]
+    assert exclusive["free_by_numa_node"] == {"0": {"count": 1, "devices": ["cpus-0.8"]}}
+    assert (exclusive["capacity"], exclusive["allocated"], exclusive["free"], exclusive["unhealthy"]) == (3, 1, 1, 1)
+    assert pools["shared"]["containers"][0]["cpus"] == "3,11"  # a slot is its whole pool's CPUs
+    assert {u["reason"] for u in pools["infra"]["unhealthy_devices"]} == {"resource not registered with the kubelet"}
+
+
+def test_offline_cpus_in_the_tree_make_their_devices_unhealthy_and_without_allocatable_only_they():
+    tree = device_tree(PLAN, XEON_D.online - {9})
+    live = live_data(tree, Assignments(holdings=(), allocatable=None), "/s")
+    pools = pools_of(live)
+    assert pools["exclusive"]["unhealthy_devices"] == [{"device": "cpus-1.9", "cpus": "1,9", "reason": "CPU offline"}]
+    assert pools["infra"]["unhealthy"] == 0 and pools["infra"]["free"] == 2
+    assert live["notes"] == ["the kubelet does not serve GetAllocatableResources: health is the topology's only"]
+    lines = render_live(live)
+    assert "  unhealthy in exclusive (CPU offline): cpus-1.9" in lines
+    assert "  no container holds a CMK device" in lines
+
+
+# --- NFD ----------------------------------------------------------------------------------------
+
+def test_feature_labels_for_a_node_without_isolcpus_and_with_sst_bf(tmp_path):
+    no_isolation = discover(FIXTURES / "hwloc-20em64t-hybrid-1p6c2t+2ca4co1t/sys",
+                            FIXTURES / "hwloc-20em64t-hybrid-1p6c2t+2ca4co1t/proc")
+    plan = plan_pools(no_isolation, PlanOptions())
+    labels = feature_labels(no_isolation, plan)
+    assert labels["cmk.intel.com/isolcpus"] == "false"
+    assert labels["cmk.intel.com/sst-bf"] == "true"  # P and E cores differ in base_frequency
+    assert labels["cmk.intel.com/sst-cp"] == "false"
+    assert labels["cmk.intel.com/exclusive-cores"] == str(len(plan.pools[Pool.EXCLUSIVE])) != "0"
+    assert labels["cmk.intel.com/infra-cores"] == str(len(plan.pools[Pool.INFRA]))
+    assert all(len(v) <= 63 for v in labels.values())
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("isolcpus", "true"), ("cmk.intel.com/x", "-bad"), ("cmk.intel.com/x", "a" * 64),
+    ("cmk.intel.com/" + "n" * 64, "1"), ("cmk.intel.com/x", "has space")])
+def test_invalid_labels_are_refused(key, value):
+    with pytest.raises(ValueError):
+        check_label(key, value)
+
+
+def test_feature_file_is_replaced_whole_and_an_unwritable_dir_is_one_line(tmp_path):
+    write_features(tmp_path, {"cmk.intel.com/a": "1"})
+    path = write_features(tmp_path, {"cmk.intel.com/a": "2"})
+    assert [p.name for p in tmp_path.iterdir()] == [FEATURE_FILE]
+    assert path.read_text().splitlines()[1:] == ["cmk.intel.com/a=2"]
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(CmkError, match=r"cannot write NFD features to .*file/sub \(use --nfd-features-dir DIR "):
+        write_features(blocker / "sub", {"cmk.intel.com/a": "1"})
+
+
+# --- log lines ----------------------------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def restore_root_logger():
+    """configure() owns the root logger, as in the daemon process; give pytest's handlers back after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def emit_one(formatter: logging.Formatter) -> str:
+    stream = io.StringIO()
+    configure("DEBUG", "json" if isinstance(formatter, JsonFormatter) else "text", stream)
+    seen = []
+    events = Events()
+    events.listen(lambda name, fields: seen.append((name, dict(fields))))
+    events.emit("allocated", "allocated x\nsecond line", pool="exclusive", devices=["cpus-0.8", "cpus-1.9"],
+                cpus="0-1,8-9", seconds=0.00025, ok=True)
+    assert seen == [("allocated", {"pool": "exclusive", "devices": ["cpus-0.8", "cpus-1.9"], "cpus": "0-1,8-9",
+                                   "seconds": 0.00025, "ok": True})]
+    return stream.getvalue()
+
+
+def test_text_lines_are_key_value_one_line_per_event():
+    (line,) = emit_one(KeyValueFormatter()).splitlines()
+    assert " level=info logger=deviceplugin.events event=allocated pool=exclusive devices=cpus-0.8,cpus-1.9 " \
+           "cpus=0-1,8-9 seconds=0.00025 ok=true msg=\"allocated x\\nsecond line\"" in line
+    assert line.startswith("time=") and line.split()[0].endswith("Z")
+
+
+def test_json_lines_parse_and_keep_lists():
+    (line,) = emit_one(JsonFormatter()).splitlines()
+    record = json.loads(line)
+    assert record["event"] == "allocated" and record["devices"] == ["cpus-0.8", "cpus-1.9"]
+    assert record["msg"] == "allocated x\nsecond line" and record["level"] == "info"
+
+
+def test_a_traceback_stays_on_one_line():
+    stream = io.StringIO()
+    configure("INFO", "json", stream)
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        logging.getLogger("x").exception("failed")
+    (line,) = stream.getvalue().splitlines()
+    assert "RuntimeError: boom" in json.loads(line)["error"]
+
+
+# --- metrics address ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("0.0.0.0:9464", ("0.0.0.0", 9464)), ("[::1]:0", ("::1", 0)), ("localhost:80", ("localhost", 80))])
+def test_metrics_addresses(text, expected):
+    assert parse_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["9464", ":9464", "host:", "host:http", "host:70000"])
+def test_bad_metrics_addresses_say_what_is_expected(text):
+    with pytest.raises(ValueError, match="expected HOST:PORT"):
+        parse_address(text)
