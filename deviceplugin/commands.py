@@ -17,6 +17,7 @@ from deviceplugin.errors import CmkError
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "describe": ("deviceplugin.cmd_describe", "show the CPU topology and the pool plan"),
+    "demo": ("deviceplugin.cmd_demo", "run the seed pod on this machine with no cluster: daemon, kubelet stand-in, pinned processes"),
     "host-config": ("deviceplugin.cmd_host_config",
                     "print the kernel, kubelet and systemd settings the node needs for the pools"),
     "probe": ("deviceplugin.cmd_probe", "exit 0 when every planned pool answers on its device-plugin socket"),

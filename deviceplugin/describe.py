@@ -74,7 +74,8 @@ def _braced(cores: list[str]) -> str:
     return " ".join("{" + core + "}" for core in cores)
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def align_columns(rows: list[list[str]]) -> list[str]:
+    """Left-aligned columns two spaces apart, trailing blanks trimmed (shared by describe and demo)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
@@ -94,7 +95,7 @@ def render_table(data: dict[str, Any]) -> str:
         ["nohz_full CPUs", topo["nohz_full_cpus"] or "-"],
         ["SST-BF / SST-CP", f"{'yes' if topo['sst_bf'] else 'no'} / {'yes' if topo['sst_cp'] else 'no'}"],
     ]
-    lines = ["Topology"] + ["  " + line for line in _table(facts)]
+    lines = ["Topology"] + ["  " + line for line in align_columns(facts)]
     plan = data["plan"]
     lines += ["", f"Pool plan (carved from {plan['source']}; cores shown as {{threads}})"]
     rows = [["POOL", "RESOURCE", "ADVERTISED", "NUMA", "CPUS"]]
@@ -109,7 +110,7 @@ def render_table(data: dict[str, Any]) -> str:
             shown = members["cpus"] if pool["pool"] == str(Pool.INFRA) else _braced(members["cores"])
             rows.append([pool["pool"] if i == 0 else "", pool["resource"] if i == 0 else "",
                          count if i == 0 else "", node, shown])
-    lines += ["  " + line for line in _table(rows)]
+    lines += ["  " + line for line in align_columns(rows)]
     for key, label in (("partially_isolated_cores", "partly isolated, in no pool"),
                        ("unused_isolated_cores", "isolated, in no pool")):
         if plan[key]:
