@@ -15,9 +15,12 @@ def main(argv: list[str] | None = None) -> int:
         from pinner.isolate import main as isolate_main
 
         return isolate_main(args[1:])
-    from deviceplugin.commands import run
+    try:
+        from deviceplugin.commands import run
 
-    return run(args)
+        return run(args)
+    except KeyboardInterrupt:  # Ctrl-C while modules still load: no traceback, the shell's status
+        return 130
 
 
 if __name__ == "__main__":
