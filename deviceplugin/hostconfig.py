@@ -38,10 +38,10 @@ and ``user.slice`` fences them with the cpuset controller (cgroup v2 only). The
 container runtime gets its own drop-in because its per-container monitors
 (containerd-shim, conmon) may live in pod cgroups outside ``system.slice``,
 where only the affinity inherited from the runtime keeps them on infra.
-Containers must not inherit it: since Linux 6.2 moving a task into a cpuset no
-longer resets its affinity, so the runtime has to (runc 1.3.1+, crun 1.10+);
-with an older runtime every container keeps the host's affinity -- isolcpus
-alone already does that -- and the pinner refuses pool CPUs outside it.
+Containers then start with that affinity unless the runtime resets it (runc
+1.3.1+, crun 1.10+; since Linux 6.2 joining a cpuset no longer does): the
+pinner and the CDI hook set each container's affinity from its cpuset
+themselves, so any runtime version works.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _dropins(infra: frozenset[int], runtimes: Iterable[str]) -> tuple[DropIn, ..
         dropins.append(DropIn(
             f"/etc/systemd/system/{RUNTIMES[runtime]}.d/{DROPIN_NAME}",
             f"{header}# The runtime's monitors (shim/conmon) may sit in pod cgroups: they inherit this affinity.\n"
-            "# Containers must not inherit it: runc >= 1.3.1 and crun >= 1.10 reset them to their cpuset.\n"
+            "# Containers may inherit it: cmk isolate and the CDI hook re-pin them within their cpuset.\n"
             f"[Service]\nCPUAffinity={cpus}\nAllowedCPUs={cpus}\n"))
     return tuple(dropins)
 
