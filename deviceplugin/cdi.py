@@ -28,12 +28,11 @@ only I/O, done at daemon start and shutdown, never inside Allocate.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from deviceplugin.atomic import write_atomically
 from deviceplugin.cmd_install import INSTALLED_NAME
 from deviceplugin.errors import CmkError
 from pinner import hook
@@ -97,24 +96,10 @@ def write_spec(spec: Mapping[str, Any], cdi_dir: Path) -> Path:
     directory meanwhile skips it.
     """
     target = cdi_dir / SPEC_FILE_NAME
-    data = (json.dumps(spec, indent=2) + "\n").encode()
     try:
-        cdi_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{SPEC_FILE_NAME}.", suffix=".tmp", dir=cdi_dir)
+        write_atomically(target, (json.dumps(spec, indent=2) + "\n").encode(), mode=0o644)
     except OSError as err:
         raise _dir_error(cdi_dir, err) from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            os.fchmod(out.fileno(), 0o644)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    except OSError as err:
-        raise _dir_error(cdi_dir, err) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return target
 
 

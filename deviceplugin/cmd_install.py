@@ -10,10 +10,9 @@ binary or the new one, never half of one, and a running one keeps its inode.
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from pathlib import Path
 
+from deviceplugin.atomic import write_atomically
 from deviceplugin.errors import CmkError
 
 DEFAULT_INSTALL_DIR = Path("/opt/bin")
@@ -51,21 +50,12 @@ def install_pinner(source: Path, install_dir: Path) -> Path:
     target = install_dir / INSTALLED_NAME
     try:
         data = source.read_bytes()
-        fd, tmp = tempfile.mkstemp(prefix=f".{INSTALLED_NAME}-install-", dir=install_dir)
     except OSError as err:
-        raise CmkError(f"cannot install into {install_dir}: {err.strerror} ({err.filename})") from None
+        raise CmkError(f"cannot read the built pinner {source}: {err.strerror}") from None
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            os.fchmod(out.fileno(), 0o755)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
+        write_atomically(target, data, mode=0o755)
     except OSError as err:
         raise CmkError(f"cannot install {target}: {err.strerror}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return target
 
 

@@ -20,12 +20,11 @@ Labels (all in the ``cmk.intel.com/`` prefix; values are valid label values):
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from deviceplugin.atomic import write_atomically
 from deviceplugin.errors import CmkError
 from deviceplugin.plan import CORE_POOLS, Pool, PoolPlan
 from deviceplugin.topology import Topology
@@ -78,17 +77,8 @@ def write_features(directory: Path, labels: Mapping[str, str]) -> Path:
     path = directory / FEATURE_FILE
     problem = f"cannot write NFD features to {directory} (use --nfd-features-dir DIR or --no-nfd)"
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f".{FEATURE_FILE}.", dir=directory)
+        write_atomically(path, features_text(labels).encode(), mode=0o644)
     except OSError as err:
-        raise CmkError(f"{problem}: {err.strerror}") from None
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(features_text(labels))
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except OSError as err:
-        Path(temp).unlink(missing_ok=True)
         raise CmkError(f"{problem}: {err.strerror}") from None
     return path
 
