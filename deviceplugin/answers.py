@@ -23,16 +23,13 @@ from dataclasses import dataclass
 from deviceplugin.devices import PoolDevices
 from deviceplugin.plan import Pool
 from pinner.cpulist import format_cpu_csv
+from pinner.isolate import POOLS as PINNER_POOLS
 
 #: Where the pinner (``cmk isolate``) appears inside every container.
 PINNER_CONTAINER_DIR = "/opt/bin"
 
-ENV_NAMES: Mapping[Pool, str] = {
-    Pool.EXCLUSIVE: "CMK_CPUS_EXCLUSIVE",
-    Pool.EXCLUSIVE_NON_ISOLCPUS: "CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS",
-    Pool.SHARED: "CMK_CPUS_SHARED",
-    Pool.INFRA: "CMK_CPUS_INFRA",
-}
+#: pool -> the env variable its Allocate answer sets: the pinner's own table, so both sides agree
+ENV_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value][0] for pool in Pool}
 
 
 class DeviceRequestError(ValueError):

@@ -30,6 +30,7 @@ from itertools import groupby, zip_longest
 from deviceplugin.errors import CmkError
 from deviceplugin.topology import Core, Topology
 from pinner.cpulist import format_cpu_list
+from pinner.isolate import POOLS as PINNER_POOLS
 
 
 class Pool(StrEnum):
@@ -44,12 +45,8 @@ class Mode(StrEnum):
     SPREAD = "spread"
 
 
-RESOURCE_NAMES: Mapping[Pool, str] = {
-    Pool.EXCLUSIVE: "cmk.intel.com/exclusive-cores",
-    Pool.EXCLUSIVE_NON_ISOLCPUS: "cmk.intel.com/exclusive-non-isolcpus-cores",
-    Pool.SHARED: "cmk.intel.com/shared",
-    Pool.INFRA: "cmk.intel.com/infra",
-}
+#: pool -> extended resource name, from the contract table the pinner reads too
+RESOURCE_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value][1] for pool in Pool}
 
 #: Pools whose devices are whole cores (one device per core); the others advertise slots.
 CORE_POOLS = frozenset({Pool.EXCLUSIVE, Pool.EXCLUSIVE_NON_ISOLCPUS})
