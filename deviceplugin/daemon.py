@@ -81,10 +81,12 @@ class Daemon:
     def __init__(self, settings: DaemonSettings, *, prefer: Preference | None = None,
                  events: Events | None = None) -> None:
         if prefer is None:
-            from deviceplugin.policy import preferred_allocation as prefer
+            from deviceplugin.policy import preferred_allocation
+
+            prefer = preferred_allocation
         self.settings = settings
         self.events = events or Events()
-        self._prefer = prefer
+        self._prefer: Preference = prefer
         self.topology = topology = discover(settings.sysfs_root, settings.procfs_root)
         self.plan: PoolPlan = plan_pools(topology, settings.plan)
         self.tree: DeviceTree = device_tree(self.plan, topology.online)

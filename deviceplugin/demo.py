@@ -131,8 +131,8 @@ def _signals_deferred() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        for signum in dict.fromkeys(pending):
-            signal.raise_signal(signum)
+        for pending_signal in dict.fromkeys(pending):
+            signal.raise_signal(pending_signal)
 
 
 def _quietly(what: str, action: Callable[[], object]) -> Callable[[], None]:

@@ -50,7 +50,8 @@ def pool_live(devices: PoolDevices, assignments: Assignments) -> dict[str, Any]:
     allocatable = assignments.allocatable
     kubelet_healthy = None if allocatable is None else allocatable.get(resource, frozenset())
     registered = allocatable is None or resource in allocatable
-    containers, unknown = [], set()
+    containers: list[dict[str, Any]] = []
+    unknown: set[str] = set()
     held: set[str] = set()
     for holding in sorted((h for h in assignments.holdings if h.resource == resource),
                           key=lambda h: (h.namespace, h.pod, h.container)):
@@ -64,7 +65,8 @@ def pool_live(devices: PoolDevices, assignments: Assignments) -> dict[str, Any]:
             "devices": list(holding.device_ids),
             "cpus": format_cpu_list(devices.cpus_of(known)),
         })
-    unhealthy, free_by_node = [], {}
+    unhealthy: list[dict[str, str]] = []
+    free_by_node: dict[str, list[str]] = {}
     for device in devices.devices.values():
         reason = _unhealthy_reason(device, kubelet_healthy, registered)
         if reason is not None:

@@ -91,7 +91,7 @@ def plan_options(args: argparse.Namespace) -> PlanOptions:
     )
 
 
-def add_pod_resources_argument(parser: argparse.ArgumentParser, purpose: str) -> None:
+def add_pod_resources_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, purpose: str) -> None:
     from deviceplugin.assignments import DEFAULT_POD_RESOURCES_SOCKET
 
     parser.add_argument("--pod-resources-socket", type=Path, default=DEFAULT_POD_RESOURCES_SOCKET,

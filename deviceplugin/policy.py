@@ -101,8 +101,8 @@ def _choose(cores: Mapping[str, Core], free: Iterable[str], required: frozenset[
     for device in free:
         groups.setdefault(key(cores[device]), []).append(device)
     holding = {group: len(required.intersection(members)) for group, members in groups.items()}
-    spare = {group: len(members) - holding[group] for group, members in groups.items()}
-    extra = _split(spare, count - len(required), (g for g, n in holding.items() if n))
+    spare_in = {group: len(members) - holding[group] for group, members in groups.items()}
+    extra = _split(spare_in, count - len(required), (g for g, n in holding.items() if n))
     chosen: list[str] = []
     for group, members in groups.items():
         if holding[group] or extra.get(group):
@@ -144,4 +144,4 @@ def preferred_allocation(cores: Mapping[str, Core], available: Sequence[str], mu
 
 def numa_nodes_of(devices: Iterable[str], cores: Mapping[str, Core]) -> frozenset[int]:
     """The NUMA nodes a set of devices touches (unknown IDs and node-less cores add none)."""
-    return frozenset(cores[d].node for d in devices if d in cores and cores[d].node is not None)
+    return frozenset(node for d in devices if d in cores and (node := cores[d].node) is not None)

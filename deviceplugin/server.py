@@ -153,10 +153,13 @@ class PoolServer(pb_grpc.DevicePluginServicer):
 
         context.add_callback(wake)  # a cancelled stream must not hold its worker until the next update
         sent = -1
+
+        def ready() -> bool:
+            return self._stopped or self._version != sent or not context.is_active()
+
         while True:
             with self._changed:
-                self._changed.wait_for(lambda last=sent: self._stopped or self._version != last
-                                       or not context.is_active())
+                self._changed.wait_for(ready)
                 if self._stopped or not context.is_active():
                     return
                 sent, devices = self._version, self._devices
@@ -166,7 +169,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                                context: grpc.ServicerContext) -> pb.PreferredAllocationResponse:
         start = time.perf_counter()
         devices = self._devices
-        where = {"pool": str(devices.pool), "resource": devices.resource}
+        where: dict[str, object] = {"pool": str(devices.pool), "resource": devices.resource}
         if not devices.preferred_allocation:
             context.abort(grpc.StatusCode.UNIMPLEMENTED,
                           f"{devices.resource}: slots are interchangeable, preferred allocation is not offered")
@@ -190,7 +193,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
         start = time.perf_counter()
         devices = self._devices
-        where = {"pool": str(devices.pool), "resource": devices.resource}
+        where: dict[str, object] = {"pool": str(devices.pool), "resource": devices.resource}
         responses = []
         for req in request.container_requests:
             ids = list(req.devices_ids)
@@ -203,7 +206,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             cpus = format_cpu_list(devices.cpus_of(ids))
             self._events.emit("allocated", f"allocated {devices.resource} {','.join(ids)}: CPUs {cpus}",
-                              **where, devices=ids, cpus=cpus, seconds=time.perf_counter() - start)
+                              level=logging.INFO, **where, devices=ids, cpus=cpus, seconds=time.perf_counter() - start)
             responses.append(answer_message(answer))
         return pb.AllocateResponse(container_responses=responses)
 

@@ -75,9 +75,10 @@ class PluginDirWatcher:
                                 event_filter=[FileCreatedEvent, FileDeletedEvent, FileMovedEvent])
 
     def _event(self, event: FileSystemEvent) -> None:
+        src, dest = os.fsdecode(event.src_path), os.fsdecode(event.dest_path)
         if isinstance(event, FileDeletedEvent):
-            self._on_deleted(os.path.basename(event.src_path))
-        elif os.path.basename(event.dest_path or event.src_path) == self._kubelet:
+            self._on_deleted(os.path.basename(src))
+        elif os.path.basename(dest or src) == self._kubelet:
             self._on_kubelet()
 
     def start(self) -> None:

@@ -439,20 +439,22 @@ def run(argv: list[str]) -> IsolateError | None:
     req = parse_args(argv)
     if req.help:
         return None
+    pool, command = req.pool, req.command
+    assert pool is not None and command is not None  # parse_args refuses a line without them
     environ = dict(posix.environ)
-    cpus = pool_cpus(req.pool, environ)
+    cpus = pool_cpus(pool, environ)
     allowed, started = cpuset_cpus()
-    check_allowed(req.pool, cpus, allowed)
-    if req.socket_id != -1 and POOLS[req.pool][2]:
+    check_allowed(pool, cpus, allowed)
+    if req.socket_id != -1 and POOLS[pool][2]:
         root = getenv(environ, ENV_SYSFS_ROOT) or DEFAULT_SYSFS_ROOT
-        cpus = on_socket(req.pool, cpus, req.socket_id, [read_package(root, cpu) for cpu in cpus])
+        cpus = on_socket(pool, cpus, req.socket_id, [read_package(root, cpu) for cpu in cpus])
     if not req.no_affinity:
         pin(cpus)
     elif allowed != started:  # the workload pins itself: give back the affinity it came with
         set_affinity(started, f"cannot restore this process's CPUs {format_cpu_list(sorted(started))}")
     environ[ENV_ASSIGNED.encode()] = ",".join(map(str, cpus)).encode()
     environ[ENV_ASSIGNED_MASK.encode()] = format_cpu_mask(cpus).encode()
-    return exec_command(req.command, req.args, environ)
+    return exec_command(command, req.args, environ)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,5 +104,6 @@ def merge_answers(container: str, answers: Sequence[tuple[str, ContainerAnswer]]
             if take("device", resource, device_hosts, device.container_path, device.host_path):
                 devices.append(device)
         cdi.extend(name for name in answer.cdi_devices if name not in cdi)
-    merged = ContainerAnswer(envs=envs, mounts=mounts, devices=devices, annotations=annotations, cdi_devices=cdi)
+    merged = ContainerAnswer(envs=envs, mounts=tuple(mounts), devices=tuple(devices), annotations=annotations,
+                             cdi_devices=tuple(cdi))
     return merged, conflicts

@@ -41,10 +41,10 @@ def device_from_pb(message: pb.Device) -> Device:
 def answer_from_pb(message: pb.ContainerAllocateResponse) -> ContainerAnswer:
     return ContainerAnswer(
         envs=dict(message.envs),
-        mounts=[Mount(m.container_path, m.host_path, m.read_only) for m in message.mounts],
-        devices=[DeviceNode(d.container_path, d.host_path, d.permissions) for d in message.devices],
+        mounts=tuple(Mount(m.container_path, m.host_path, m.read_only) for m in message.mounts),
+        devices=tuple(DeviceNode(d.container_path, d.host_path, d.permissions) for d in message.devices),
         annotations=dict(message.annotations),
-        cdi_devices=[c.name for c in message.cdi_devices],
+        cdi_devices=tuple(c.name for c in message.cdi_devices),
     )
 
 

@@ -83,3 +83,4 @@ class PodResourcesServicer(pb_grpc.PodResourcesListerServicer):
         context.abort(
             grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} in namespace {request.pod_namespace} not found"
         )
+        raise AssertionError("context.abort raises")
