@@ -1,15 +1,19 @@
-"""``cmk probe``: exit 0 only when every pool the plan advertises answers on its device-plugin socket.
+"""``cmk probe``: exit 0 only when the daemon's device-plugin sockets answer.
 
-Used as the DaemonSet's readiness and liveness probe (an exec probe in the
-daemon's own container). It takes the daemon's flags (``--config`` included)
-and plans the pools as the daemon does,
-so a pool the daemon should serve but does not is caught, and it dials each
-pool's socket in the kubelet's device-plugin directory and calls
-``GetDevicePluginOptions`` -- the very call the kubelet makes while
-registering a plugin. The kubelet deletes every plugin socket when it
-restarts, so a socket that answers also means the daemon re-bound (and
-re-registered) after the last kubelet restart; a daemon whose servers hang
-fails the call's deadline.
+The DaemonSet's startup, readiness and liveness probe (an exec probe in the
+daemon's own container). It dials every socket the daemon names
+(``cmk-<resource>.sock``) that exists in the kubelet's device-plugin
+directory and calls ``GetDevicePluginOptions`` -- the very call the kubelet
+makes while registering a plugin -- and needs at least one. The kubelet
+deletes every plugin socket when it restarts, so sockets that answer also
+mean the daemon re-bound (and re-registered) after the last kubelet restart;
+a crashed daemon's leftover socket refuses, and hung servers miss the deadline.
+
+It does not plan the pools again. A plan made now can differ from the one
+the daemon serves: an isolated core whose CPUs went offline vanishes from
+the kernel's topology, so a re-plan would fail, the kubelet would restart a
+daemon that is rightly reporting those devices Unhealthy, and the restarted
+daemon would fail the same way: a crash loop taking every pool off the node.
 """
 
 from __future__ import annotations
@@ -18,18 +22,17 @@ import argparse
 import os
 from pathlib import Path
 
-from deviceplugin.cmd_device_plugin import add_arguments as add_daemon_arguments
-from deviceplugin.config import apply_config, load_config
+from api.constants import DEVICE_PLUGIN_DIR
 from deviceplugin.errors import CmkError
-from deviceplugin.options import plan_options
-from deviceplugin.plan import RESOURCE_NAMES, Pool, PoolPlan, plan_pools
+from deviceplugin.plan import RESOURCE_NAMES
 
 
-def endpoints(plan: PoolPlan) -> dict[Pool, str]:
-    """Socket file name of every pool the plan advertises (a pool with no CPUs has no server)."""
+def daemon_sockets(kubelet_dir: Path) -> list[Path]:
+    """The sockets of the pools the daemon serves: the ones of its names that exist."""
     from deviceplugin.daemon import socket_name
 
-    return {pool: socket_name(RESOURCE_NAMES[pool]) for pool in Pool if plan.advertised(pool)}
+    paths = (kubelet_dir / socket_name(resource) for resource in RESOURCE_NAMES.values())
+    return [path for path in paths if path.exists() or path.is_symlink()]
 
 
 def _positive_seconds(text: str) -> float:
@@ -43,10 +46,10 @@ def _positive_seconds(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The daemon's own flags (so a probe given the daemon's arguments plans its pools), plus a deadline."""
-    add_daemon_arguments(parser)
+    parser.add_argument("--kubelet-dir", type=Path, default=Path(DEVICE_PLUGIN_DIR), metavar="DIR",
+                        help=f"the kubelet's device-plugin directory (default: {DEVICE_PLUGIN_DIR})")
     parser.add_argument("--timeout", type=_positive_seconds, default=2.0, metavar="SECONDS",
-                        help="deadline of each pool's GetDevicePluginOptions call (default: 2)")
+                        help="deadline of each socket's GetDevicePluginOptions call (default: 2)")
 
 
 def _dial(path: Path, timeout: float) -> str | None:
@@ -55,8 +58,6 @@ def _dial(path: Path, timeout: float) -> str | None:
 
     from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
 
-    if not path.exists():
-        return f"no socket at {path}"
     with grpc.insecure_channel(f"unix://{os.path.abspath(path)}") as channel:
         try:
             deviceplugin_pb2_grpc.DevicePluginStub(channel).GetDevicePluginOptions(
@@ -67,19 +68,12 @@ def _dial(path: Path, timeout: float) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from deviceplugin.sysfs import discover
-
-    apply_config(args, load_config(args.config) if args.config else {})
-    plan = plan_pools(discover(args.sysfs_root, args.procfs_root), plan_options(args))
-    expected = endpoints(plan)
-    if not expected:
-        raise CmkError("the plan advertises no pool: nothing to probe (check the pool flags)")
-    failures = []
-    for pool, name in expected.items():
-        problem = _dial(args.kubelet_dir / name, args.timeout)
-        if problem:
-            failures.append(f"pool {pool}: {problem}")
+    sockets = daemon_sockets(args.kubelet_dir)
+    if not sockets:
+        raise CmkError(f"no cmk device-plugin socket in {args.kubelet_dir}: the daemon is not serving "
+                       "(see its log)")
+    failures = [problem for path in sockets if (problem := _dial(path, args.timeout))]
     if failures:
-        raise CmkError("; ".join(failures) + " (the daemon is not serving every pool; see its log)")
-    print(f"ready: {', '.join(expected)} answer in {args.kubelet_dir}")
+        raise CmkError("; ".join(failures) + " (see the daemon's log)")
+    print(f"ready: {', '.join(path.name for path in sockets)} answer in {args.kubelet_dir}")
     return 0
