@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from api.constants import DEVICE_PLUGIN_DIR
 from deviceplugin.cdi import DEFAULT_CDI_DIR
+from deviceplugin.cmd_install import DEFAULT_INSTALL_DIR
 from deviceplugin.config import KEYS, apply_config, defer_defaults, load_config
 from deviceplugin.errors import CmkError
 from deviceplugin.logfmt import FORMATS
@@ -30,6 +31,7 @@ from deviceplugin.options import (
     add_plan_arguments,
     add_pod_resources_argument,
     add_root_arguments,
+    host_dir,
     plan_options,
 )
 
@@ -46,9 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("daemon")
     group.add_argument("--kubelet-dir", type=Path, default=Path(DEVICE_PLUGIN_DIR), metavar="DIR",
                        help=f"the kubelet's device-plugin directory (default: {DEVICE_PLUGIN_DIR})")
-    group.add_argument("--install-dir", default="/opt/bin", metavar="DIR",
+    group.add_argument("--install-dir", type=host_dir, default=str(DEFAULT_INSTALL_DIR), metavar="DIR",
                        help="host directory holding the pinner (cmk install --install-dir), mounted "
-                            "read-only at /opt/bin in every container (default: /opt/bin)")
+                            f"read-only at /opt/bin in every container (default: {DEFAULT_INSTALL_DIR})")
     group.add_argument("--cdi", action=argparse.BooleanOptionalAction, default=True,
                        help="write a CDI spec and name its device in every Allocate answer, so the "
                             "container runtime's hook confines each container to its CPUs (cgroup cpuset "
@@ -148,7 +150,12 @@ def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitSta
     path = write_features(directory, labels)
 
     def remove() -> None:
-        remove_features(path)
+        try:
+            remove_features(path)
+        except OSError as err:  # shutting down anyway: say so, still exit 0 as a rollout expects
+            events.emit("nfd_remove_failed", f"cannot remove {path}: {err.strerror}", level=logging.WARNING,
+                        path=str(path), error=err.strerror)
+            return
         events.emit("nfd_removed", f"removed {path}", path=str(path))
 
     cleanup.callback(remove)

@@ -13,7 +13,7 @@ from deviceplugin.hostconfig import (
     render_text,
 )
 from deviceplugin.options import (
-    _count,
+    _slots,
     add_plan_arguments,
     add_root_arguments,
     plan_options,
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also print rcu_nocbs= for the isolated CPUs (RCU callbacks off them)")
     group.add_argument("--irqaffinity", action="store_true",
                        help="also print irqaffinity= for the infra CPUs (default IRQ placement)")
-    group.add_argument("--reserved-cores", type=_count, default=1, metavar="N",
+    group.add_argument("--reserved-cores", type=_slots, default=1, metavar="N",
                        help="infra cores the kubelet reserves for the host (reservedSystemCPUs; default: 1)")
     group.add_argument("--runtime", dest="runtimes", action="append", choices=list(RUNTIMES),
                        help="container runtime to write a drop-in for (repeatable; default: all)")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
-from deviceplugin.options import _count, _cpus, _slots, parse_address
+from deviceplugin.options import _count, _cpus, _slots, host_dir, parse_address
 from deviceplugin.plan import Mode
 
 
@@ -80,7 +80,7 @@ KEYS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "excl-non-isolcpus": ("excl_non_isolcpus", _cpu_set),
     "shared-slots": ("shared_slots", _whole(_slots)),
     "infra-slots": ("infra_slots", _whole(_slots)),
-    "install-dir": ("install_dir", _text),
+    "install-dir": ("install_dir", lambda value: host_dir(_text(value))),
     "kubelet-dir": ("kubelet_dir", _path),
     "sysfs-root": ("sysfs_root", _path),
     "procfs-root": ("procfs_root", _path),
@@ -107,7 +107,8 @@ def parse_config(data: object, source: str) -> dict[str, object]:
         try:
             values[dest] = convert(value)
         except (TypeError, ValueError, argparse.ArgumentTypeError) as err:
-            raise ConfigError(f"{source}: key {key!r}: {err}, got {value!r}") from None
+            shown = "" if repr(value) in str(err) else f", got {value!r}"  # the checks of flags name it already
+            raise ConfigError(f"{source}: key {key!r}: {err}{shown}") from None
     return values
 
 

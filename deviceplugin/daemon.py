@@ -35,6 +35,7 @@ from api.constants import (
     validate_resource_name,
 )
 from deviceplugin import cdi
+from deviceplugin.cmd_install import DEFAULT_INSTALL_DIR
 from deviceplugin.devices import DeviceTree, device_tree, health_changes
 from deviceplugin.errors import CmkError
 from deviceplugin.events import Events
@@ -47,7 +48,6 @@ from pinner.cpulist import format_cpu_list
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INSTALL_DIR = "/opt/bin"
 _CPUS, _KUBELET, _STOP = "cpus", "kubelet", "stop"
 
 
@@ -56,7 +56,7 @@ class DaemonSettings:
     kubelet_dir: Path = Path(DEVICE_PLUGIN_DIR)
     sysfs_root: Path = Path("/sys")
     procfs_root: Path = Path("/proc")
-    install_dir: str = DEFAULT_INSTALL_DIR
+    install_dir: str = str(DEFAULT_INSTALL_DIR)
     plan: PlanOptions = field(default_factory=PlanOptions)
     #: Where to write the CDI spec whose hook confines containers; None: no CDI (the CLI defaults to on).
     cdi_dir: Path | None = None
@@ -110,14 +110,19 @@ class Daemon:
             log.info("plan: %s", note)
         self._write_cdi_spec()  # before serving: an Allocate answer may name its devices at once
         self._serve()
-        self._watchers = [
+        watchers = [
             PluginDirWatcher(self.settings.kubelet_dir, kubelet_socket_name=KUBELET_SOCKET_NAME,
                              on_kubelet=lambda: self._events.put((_KUBELET, "")),
                              on_deleted=lambda name: self._events.put((_KUBELET, name))),
             cpu_watcher(self.settings.sysfs_root, lambda: self._events.put((_CPUS, ""))),
         ]
-        for watcher in self._watchers:
-            watcher.start()
+        for watcher in watchers:
+            try:
+                watcher.start()
+            except OSError as err:  # e.g. EMFILE: uid 0 shares its inotify instances with the whole node
+                raise CmkError(f"cannot watch for kubelet restarts and CPU hotplug: {err.strerror} "
+                               "(raise the sysctl fs.inotify.max_user_instances)") from None
+            self._watchers.append(watcher)  # stop() stops only what started
         self._events.put((_CPUS, ""))  # a CPU that changed before the watcher started
         self._thread.start()
 

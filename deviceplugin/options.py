@@ -13,21 +13,22 @@ from deviceplugin.plan import DEFAULT_SLOTS, Mode, PlanOptions
 from pinner.cpulist import CpuListError, parse_cpu_list
 
 
-def _count(text: str) -> int:
+def _whole_at_least(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
     return value
+
+
+def _count(text: str) -> int:
+    return _whole_at_least(text, 0)
 
 
 def _slots(text: str) -> int:
-    value = _count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+    return _whole_at_least(text, 1)
 
 
 def _cpus(text: str) -> frozenset[int]:
@@ -35,6 +36,13 @@ def _cpus(text: str) -> frozenset[int]:
         return parse_cpu_list(text)
     except CpuListError as err:
         raise argparse.ArgumentTypeError(f"{err} (expected e.g. 4-5,12-13)") from None
+
+
+def host_dir(text: str) -> str:
+    """An absolute host directory: Allocate answers and CDI specs hand it to the container runtime."""
+    if not text.startswith("/"):
+        raise argparse.ArgumentTypeError(f"must be an absolute host path, got {text!r}")
+    return text
 
 
 def parse_address(text: str) -> tuple[str, int]:

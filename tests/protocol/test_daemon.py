@@ -414,3 +414,25 @@ def test_an_unusable_kubelet_dir_is_one_line_not_a_traceback(tmp_path):
     _, stderr = process.communicate(timeout=30)
     assert process.returncode != 0
     assert stderr.startswith("cmk device-plugin: error: cannot use --kubelet-dir") and stderr.count("\n") == 1
+
+
+def test_running_out_of_inotify_instances_is_one_error_and_nothing_left_served(plugin_dir, tmp_path, monkeypatch):
+    """uid 0 shares fs.inotify.max_user_instances with every root process on a node. Exhausting the
+    real limit here would break other processes on this machine, so the watcher's start fails as the
+    kernel would make it fail (EMFILE), and the daemon must turn that into one CmkError and clean up."""
+    import errno
+
+    from deviceplugin import watcher
+    from deviceplugin.errors import CmkError
+
+    def no_instances(self):
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(watcher.PluginDirWatcher, "start", no_instances)
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs))
+    with pytest.raises(CmkError, match="cannot watch for kubelet restarts and CPU hotplug: Too many open files "
+                                       r"\(raise the sysctl fs.inotify.max_user_instances\)"):
+        daemon.start()
+    daemon.stop()
+    assert not list(plugin_dir.glob("cmk-*.sock"))

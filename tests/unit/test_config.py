@@ -91,3 +91,12 @@ def test_observability_flags_are_config_keys_too():
                       "nfd": False, "nfd_features_dir": Path("/etc/nfd")}
     with pytest.raises(ConfigError, match="key 'metrics-address': expected HOST:PORT"):
         parse_config({"metrics-address": "9464"}, "config.yaml")
+
+
+def test_install_dir_must_be_an_absolute_host_path():
+    """It goes into every Allocate mount and the CDI spec's hook path: the runtime needs a host path."""
+    with pytest.raises(ConfigError, match=r"key 'install-dir': must be an absolute host path, got 'opt/bin'\Z"):
+        parse_config({"install-dir": "opt/bin"}, "config.yaml")
+    assert parse_config({"install-dir": "/opt/cmk"}, "config.yaml") == {"install_dir": "/opt/cmk"}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["device-plugin", "--install-dir", "opt/bin"])

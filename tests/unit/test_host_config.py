@@ -200,7 +200,8 @@ def test_cli_text_on_this_machine_runs():
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--reserved-cores", "0"], "--reserved-cores must be 1 or more"),
+    (["--reserved-cores", "0"], "argument --reserved-cores: must be 1 or more, got 0"),
+    (["--reserved-cores", "-1"], "argument --reserved-cores: must be 1 or more, got -1"),
     (["--num-exclusive-cores", "99"], "ask for fewer"),
     (["--runtime", "docker"], "invalid choice: 'docker'"),
     (["--output", "yaml"], "invalid choice: 'yaml'"),
