@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="the runtime's CDI spec directory the spec is written into at start and "
                             f"removed from at exit (default: {DEFAULT_CDI_DIR})")
     group.add_argument("--config", type=Path, metavar="FILE",
-                       help="YAML file with any of these flags as keys (e.g. num-exclusive-cores: 4); "
+                       help="YAML file with these flags as keys, all but --config, --log-level and --log-format "
+                            "(e.g. num-exclusive-cores: 4); "
                             "flags given on the command line win")
     group.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                        help="logging threshold (default: INFO)")

@@ -18,8 +18,8 @@ counters. Two kinds of series:
   in time) that one series is left out of the scrape rather than reported
   as 0 (nothing allocated would be a lie), and ``cmk_pod_resources_up`` is 0.
 
-Pool series carry ``pool`` and ``resource`` labels and exist only for the
-pools the daemon serves.
+Pool series carry ``pool`` and ``resource`` labels (``cmk_pool_cpus``: ``pool``
+and ``numa_node``) and exist only for the pools the daemon serves.
 """
 
 from __future__ import annotations
