@@ -21,10 +21,11 @@ from pathlib import Path
 
 import grpc
 
+from api.constants import POD_RESOURCES_SOCKET
 from api.podresources.v1 import podresources_pb2 as pb
 from api.podresources.v1 import podresources_pb2_grpc as pb_grpc
 
-DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_POD_RESOURCES_SOCKET = Path(POD_RESOURCES_SOCKET)
 #: Long enough for a busy kubelet on a big node, short enough for a Prometheus scrape (10 s default).
 DEFAULT_TIMEOUT = 2.0
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from deviceplugin.describe import align_columns
 from deviceplugin.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
+from deviceplugin.tables import align_columns
 from pinner.cpulist import format_cpu_list
 
 POD_NAME = "cmk-demo"
@@ -126,7 +126,7 @@ def node_status(capacity: Mapping[str, int], allocatable: Mapping[str, int], all
     rows = [["Resource", "Requests", "Limits"], ["--------", "--------", "------"]]
     rows += [[r, str(allocated.get(r, 0)), str(allocated.get(r, 0))] for r in resources]
     lines.append("Allocated resources:")
-    lines += ["  " + line for line in align_columns(rows)]
+    lines += align_columns(rows, indent="  ")
     return lines
 
 
@@ -143,4 +143,4 @@ def unit(pool: Pool, count: int) -> str:
 
 
 def table(rows: list[list[str]], indent: str = "  ") -> list[str]:
-    return [indent + line for line in align_columns(rows)]
+    return align_columns(rows, indent)

@@ -11,6 +11,7 @@ from typing import Any
 
 from deviceplugin.live import render_live
 from deviceplugin.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
+from deviceplugin.tables import align_columns
 from deviceplugin.topology import Core, Topology
 from pinner.cpulist import format_cpu_list
 
@@ -74,12 +75,6 @@ def _braced(cores: list[str]) -> str:
     return " ".join("{" + core + "}" for core in cores)
 
 
-def align_columns(rows: list[list[str]]) -> list[str]:
-    """Left-aligned columns two spaces apart, trailing blanks trimmed (shared by describe and demo)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-
-
 def render_table(data: dict[str, Any]) -> str:
     """A person's view: topology facts, then one row per pool and NUMA node."""
     topo = data["topology"]
@@ -95,7 +90,7 @@ def render_table(data: dict[str, Any]) -> str:
         ["nohz_full CPUs", topo["nohz_full_cpus"] or "-"],
         ["SST-BF / SST-CP", f"{'yes' if topo['sst_bf'] else 'no'} / {'yes' if topo['sst_cp'] else 'no'}"],
     ]
-    lines = ["Topology"] + ["  " + line for line in align_columns(facts)]
+    lines = ["Topology", *align_columns(facts, indent="  ")]
     plan = data["plan"]
     lines += ["", f"Pool plan (carved from {plan['source']}; cores shown as {{threads}})"]
     rows = [["POOL", "RESOURCE", "ADVERTISED", "NUMA", "CPUS"]]
@@ -110,7 +105,7 @@ def render_table(data: dict[str, Any]) -> str:
             shown = members["cpus"] if pool["pool"] == str(Pool.INFRA) else _braced(members["cores"])
             rows.append([pool["pool"] if i == 0 else "", pool["resource"] if i == 0 else "",
                          count if i == 0 else "", node, shown])
-    lines += ["  " + line for line in align_columns(rows)]
+    lines += align_columns(rows, indent="  ")
     for key, label in (("partially_isolated_cores", "partly isolated, in no pool"),
                        ("unused_isolated_cores", "isolated, in no pool")):
         if plan[key]:

@@ -26,6 +26,7 @@ from typing import Any
 from deviceplugin.assignments import Assignments
 from deviceplugin.devices import Device, DeviceTree, PoolDevices
 from deviceplugin.plan import CORE_POOLS
+from deviceplugin.tables import align_columns
 from pinner.cpulist import format_cpu_list
 
 CPU_OFFLINE = "CPU offline"
@@ -111,11 +112,6 @@ def unavailable(socket: str, reason: str) -> dict[str, Any]:
     return {"available": False, "socket": socket, "reason": reason}
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-
-
 def _free_cell(pool: Mapping[str, Any]) -> str:
     cells = []
     for node, free in pool["free_by_numa_node"].items():
@@ -132,12 +128,12 @@ def render_live(live: Mapping[str, Any]) -> list[str]:
     rows = [["POOL", "ALLOCATED", "FREE", "UNHEALTHY", "FREE PER NUMA NODE"]]
     rows += [[p["pool"], f"{p['allocated']}/{p['capacity']}", str(p["free"]), str(p["unhealthy"]), _free_cell(p)]
              for p in live["pools"]]
-    lines += _table(rows)
+    lines += align_columns(rows, indent="  ")
     held = [[p["pool"], f"{c['namespace']}/{c['pod']}", c["container"], " ".join(c["devices"]), c["cpus"] or "-"]
             for p in live["pools"] for c in p["containers"]]
     lines.append("")
     if held:
-        lines += _table([["POOL", "POD", "CONTAINER", "DEVICES", "CPUS"], *held])
+        lines += align_columns([["POOL", "POD", "CONTAINER", "DEVICES", "CPUS"], *held], indent="  ")
     else:
         lines.append("  no container holds a CMK device")
     for pool in live["pools"]:
