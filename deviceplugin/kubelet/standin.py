@@ -271,6 +271,12 @@ class Kubelet:
             )
 
     def _on_stream_end(self, resource: str, generation: int, client: PluginClient, reason: str) -> None:
+        try:
+            self._stream_ended(resource, generation, client, reason)
+        finally:
+            client.close()  # whatever the stream's fate meant for the registration, its channel is done
+
+    def _stream_ended(self, resource: str, generation: int, client: PluginClient, reason: str) -> None:
         with self._cond:
             if client in self._clients:
                 self._clients.remove(client)
