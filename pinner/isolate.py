@@ -408,9 +408,9 @@ def exec_command(command: str, args: list[str], environ: dict[bytes, bytes]) -> 
     directory", any other error is remembered and reported if nothing runs.
     """
     argv = [command, *args]
+    where = None  # the PATH searched, "" included (as the static pinner reports it)
     if "/" in command:
         candidates = [command]
-        where = ""
     else:
         path = getenv(environ, "PATH")
         if path is None:
@@ -428,7 +428,7 @@ def exec_command(command: str, args: list[str], environ: dict[bytes, bytes]) -> 
                 first_other = last
     number = first_other or last
     if number in NOT_FOUND:
-        if where:
+        if where is not None:
             return IsolateError(f"{shown(command)}: command not found (searched PATH={shown(where)})", EXIT_NOT_FOUND)
         return IsolateError(f"{shown(command)}: {errno_text(number)}", EXIT_NOT_FOUND)
     return IsolateError(f"{shown(command)}: cannot execute: {errno_text(number)}", EXIT_NOT_EXECUTABLE)
