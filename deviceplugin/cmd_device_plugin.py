@@ -15,7 +15,6 @@ import argparse
 import gc
 import logging
 import signal
-import threading
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -108,19 +107,25 @@ def _serve(args: argparse.Namespace) -> int:
     events = Events()
     daemon = Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    with ExitStack() as cleanup:
-        _observe(daemon, events, args, cleanup)
-        cleanup.callback(daemon.stop)
-        daemon.start()
-        if args.nfd:  # labels say what is served: written once serving has started
-            _write_nfd(daemon, events, args.nfd_features_dir, cleanup)
-        # The topology, plan and device tree live as long as the process: keep the cyclic
-        # collector from re-scanning them, so its pauses stay out of Allocate's latency.
-        gc.freeze()
-        stop.wait()
+    # SIGTERM/SIGINT are blocked before the first thread starts (every thread inherits the mask) and
+    # taken with sigwait: a Python handler setting an Event the main thread waits on could deadlock
+    # on the Event's lock if the signal landed inside wait(), and a signal delivered to a gRPC or
+    # watcher thread would kill the process without cleanup. One arriving during start waits here.
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    try:
+        with ExitStack() as cleanup:
+            _observe(daemon, events, args, cleanup)
+            cleanup.callback(daemon.stop)
+            daemon.start()
+            if args.nfd:  # labels say what is served: written once serving has started
+                _write_nfd(daemon, events, args.nfd_features_dir, cleanup)
+            # The topology, plan and device tree live as long as the process: keep the cyclic
+            # collector from re-scanning them, so its pauses stay out of Allocate's latency.
+            gc.freeze()
+            signal.sigwait(stop_signals)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
     return 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 
 #: Seconds to wait before each look-up: admission usually completes within the first.
 DELAYS = (0.5, 1.0, 2.0, 4.0)
+
+#: (look-ups made, monotonic time the next is due, the ``allocated`` event's fields)
+_Pending = tuple[int, float, Mapping[str, object]]
 
 
 class AllocationResolver:
@@ -52,8 +56,8 @@ class AllocationResolver:
         if event == "allocated":
             self._queue.put(dict(fields))
 
-    def _take(self, pending: list[tuple[int, Mapping[str, object]]], block: bool) -> None:
-        """Move queued allocations into ``pending`` as (attempts so far, fields)."""
+    def _take(self, pending: list[_Pending], block: bool) -> None:
+        """Move queued allocations into ``pending``, each due for its first look-up after ``delays[0]``."""
         while True:
             try:
                 fields = self._queue.get(block=block)
@@ -61,16 +65,16 @@ class AllocationResolver:
                 return
             if fields is None:
                 return
-            pending.append((0, fields))
+            pending.append((0, time.monotonic() + self._delays[0], fields))
             block = False
 
     def _run(self) -> None:
-        pending: list[tuple[int, Mapping[str, object]]] = []
+        pending: list[_Pending] = []
         while not self._stop.is_set():
             self._take(pending, block=not pending)
             if self._stop.is_set() or not pending:
                 continue
-            if self._stop.wait(min(self._delays[min(n, len(self._delays) - 1)] for n, _ in pending)):
+            if self._stop.wait(max(0.0, min(due for _, due, _ in pending) - time.monotonic())):
                 return
             self._take(pending, block=False)
             try:
@@ -79,10 +83,23 @@ class AllocationResolver:
                 log.debug("cannot name the holders of %d allocations: %s", len(pending), err)
                 pending = []
                 continue
-            pending = [(n + 1, f) for n, f in pending if not self._resolve(f, holdings)]
-            for _, fields in [p for p in pending if p[0] >= len(self._delays)]:
+            pending = self._after_lookup(pending, holdings, time.monotonic())
+
+    def _after_lookup(self, pending: list[_Pending], holdings: Sequence[Holding], now: float) -> list[_Pending]:
+        """Drop the resolved; an allocation not yet due keeps its attempts (another's turn came)."""
+        still: list[_Pending] = []
+        for attempts, due, fields in pending:
+            if self._resolve(fields, holdings):
+                continue
+            if due > now:
+                still.append((attempts, due, fields))
+                continue
+            attempts += 1
+            if attempts >= len(self._delays):
                 log.debug("allocation of %s %s never appeared in pod resources", fields["resource"], fields["devices"])
-            pending = [p for p in pending if p[0] < len(self._delays)]
+                continue
+            still.append((attempts, now + self._delays[attempts], fields))
+        return still
 
     def _resolve(self, fields: Mapping[str, object], holdings: Sequence[Holding]) -> bool:
         resource, ids = str(fields["resource"]), set(fields["devices"])  # type: ignore[call-overload]

@@ -191,3 +191,28 @@ def test_metrics_addresses(text, expected):
 def test_bad_metrics_addresses_say_what_is_expected(text):
     with pytest.raises(ValueError, match="expected HOST:PORT"):
         parse_address(text)
+
+
+def test_an_allocation_spends_a_look_up_only_when_its_own_turn_came():
+    """A round made for a newer allocation must not use up an older one's attempts early."""
+    from pathlib import Path
+
+    from deviceplugin.assignments import Holding
+    from deviceplugin.resolve import AllocationResolver
+
+    seen: list[tuple[str, dict]] = []
+    events = Events()
+    events.listen(lambda event, fields: seen.append((event, dict(fields))))
+    resolver = AllocationResolver(events, Path("/nonexistent"), delays=(0.5, 1.0, 2.0))
+    old = {"pool": "exclusive", "resource": "cmk.intel.com/exclusive-cores", "devices": ["cpus-0.8"], "cpus": "0,8"}
+    new = {"pool": "exclusive", "resource": "cmk.intel.com/exclusive-cores", "devices": ["cpus-1.9"], "cpus": "1,9"}
+    # the newer one is due now; the older one has two look-ups behind it and is due in 2 s
+    after = resolver._after_lookup([(2, 102.0, old), (0, 100.0, new)], holdings=[], now=100.0)
+    assert after == [(2, 102.0, old), (1, 101.0, new)]
+    # at its own turn the older one spends its last attempt and is dropped (the newer one, due too, goes on)
+    assert resolver._after_lookup(after, holdings=[], now=102.0) == [(2, 104.0, new)]
+    # any round resolves whatever is held, due or not
+    held = [Holding("net", "dpdk", "fwd", "cmk.intel.com/exclusive-cores", ("cpus-1.9",))]
+    assert resolver._after_lookup([(1, 105.0, new)], holdings=held, now=102.0) == []
+    assert [event for event, _ in seen] == ["allocation_resolved"]
+    assert seen[0][1]["pod"] == "dpdk" and seen[0][1]["container"] == "fwd"
