@@ -144,6 +144,19 @@ static void s_errno(str *s, int e)
 static str msg;
 static const char *prog = PROG; /* the running subcommand's name, for messages */
 
+/* Write all of p (retrying short writes and EINTR); 0, or -1 with errno set. */
+static int write_all(int fd, const char *p, size_t len)
+{
+    for (size_t done = 0; done < len;) {
+        ssize_t n = write(fd, p + done, len - done);
+        if (n <= 0 && errno != EINTR)
+            return -1;
+        if (n > 0)
+            done += (size_t)n;
+    }
+    return 0;
+}
+
 /* Print "PROG: error: <msg>\n" as one write and return the status. */
 static int fail_as(const char *prog, int status)
 {
@@ -152,13 +165,7 @@ static int fail_as(const char *prog, int status)
     s_add(&line, ": error: ");
     s_addn(&line, msg.p ? msg.p : "", msg.len);
     s_add(&line, "\n");
-    for (size_t done = 0; done < line.len;) {
-        ssize_t n = write(2, line.p + done, line.len - done);
-        if (n <= 0 && errno != EINTR)
-            break;
-        if (n > 0)
-            done += (size_t)n;
-    }
+    (void)write_all(2, line.p, line.len); /* nowhere left to report a failed stderr */
     return status;
 }
 
@@ -688,16 +695,8 @@ static int isolate(int argc, char **argv)
     int status = parse_args(argc, argv, &r);
     if (status)
         return status;
-    if (r.help) {
-        for (size_t done = 0; done < sizeof HELP - 1;) {
-            ssize_t n = write(1, HELP + done, sizeof HELP - 1 - done);
-            if (n <= 0 && errno != EINTR)
-                return 1;
-            if (n > 0)
-                done += (size_t)n;
-        }
-        return EXIT_HELP;
-    }
+    if (r.help)
+        return write_all(1, HELP, sizeof HELP - 1) ? 1 : EXIT_HELP;
     if ((status = pool_cpus(r.pool, &pool, &cpus)) || (status = cpuset_cpus(&allowed, &started)) ||
         (status = check_allowed(pool, &cpus, &allowed)))
         return status;
@@ -1469,16 +1468,8 @@ static int hook(int argc, char **argv)
     prog = HOOK_PROG;
     for (int i = 0; i < argc; i++) {
         const char *t = argv[i];
-        if (!strcmp(t, "-h") || !strcmp(t, "--help")) {
-            for (size_t done = 0; done < sizeof HOOK_HELP - 1;) {
-                ssize_t n = write(1, HOOK_HELP + done, sizeof HOOK_HELP - 1 - done);
-                if (n <= 0 && errno != EINTR)
-                    return 1;
-                if (n > 0)
-                    done += (size_t)n;
-            }
-            return HOOK_EXIT_OK;
-        }
+        if (!strcmp(t, "-h") || !strcmp(t, "--help"))
+            return write_all(1, HOOK_HELP, sizeof HOOK_HELP - 1) ? 1 : HOOK_EXIT_OK;
         const char *eq = strchr(t, '=');
         size_t nlen = eq ? (size_t)(eq - t) : strlen(t);
         const char **target = nlen == 11 && !strncmp(t, "--proc-root", 11)     ? &proc_root
