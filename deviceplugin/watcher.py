@@ -63,54 +63,59 @@ class _Handler(FileSystemEventHandler):
         self._on_event(event)
 
 
-class PluginDirWatcher:
+def _file_name(event: FileSystemEvent) -> str:
+    """The name an event leaves behind (a move's target); watchdog may hand paths over as bytes."""
+    return os.path.basename(os.fsdecode(event.dest_path or event.src_path))
+
+
+class _InotifyWatcher:
+    """One watchdog observer (one inotify instance, one thread) on one folder, started and stopped."""
+
+    def __init__(self, name: str, directory: Path, *, recursive: bool,
+                 events: list[type[FileSystemEvent]]) -> None:
+        self._observer = Observer()
+        self._observer.name = name
+        self._observer.schedule(_Handler(self._event), str(directory), recursive=recursive, event_filter=events)
+
+    def _event(self, event: FileSystemEvent) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._observer.start()
+
+    def stop(self) -> None:
+        self._observer.stop()
+        self._observer.join()
+
+
+class PluginDirWatcher(_InotifyWatcher):
     """Calls ``on_kubelet()`` when kubelet.sock appears, ``on_deleted(name)`` when a file goes."""
 
     def __init__(self, directory: Path, *, on_kubelet: Callable[[], None],
                  on_deleted: Callable[[str], None], kubelet_socket_name: str) -> None:
         self._on_kubelet, self._on_deleted, self._kubelet = on_kubelet, on_deleted, kubelet_socket_name
-        self._observer = Observer()
-        self._observer.name = "cmk-plugin-dir-watch"
-        self._observer.schedule(_Handler(self._event), str(directory), recursive=False,
-                                event_filter=[FileCreatedEvent, FileDeletedEvent, FileMovedEvent])
+        super().__init__("cmk-plugin-dir-watch", directory, recursive=False,
+                         events=[FileCreatedEvent, FileDeletedEvent, FileMovedEvent])
 
     def _event(self, event: FileSystemEvent) -> None:
-        src, dest = os.fsdecode(event.src_path), os.fsdecode(event.dest_path)
         if isinstance(event, FileDeletedEvent):
-            self._on_deleted(os.path.basename(src))
-        elif os.path.basename(dest or src) == self._kubelet:
+            self._on_deleted(_file_name(event))
+        elif _file_name(event) == self._kubelet:
             self._on_kubelet()
 
-    def start(self) -> None:
-        self._observer.start()
 
-    def stop(self) -> None:
-        self._observer.stop()
-        self._observer.join()
-
-
-class _InotifyCpuWatcher:
+class _InotifyCpuWatcher(_InotifyWatcher):
     def __init__(self, cpu_dir: Path, on_change: Callable[[], None]) -> None:
-        self._observer = Observer()
-        self._observer.name = "cmk-cpu-watch"
-        handler = _Handler(lambda event: self._event(event, on_change))
+        self._on_change = on_change
         # One recursive watch: one inotify instance and one thread, whatever the CPU count
         # (a watch per cpuN folder would cost a thread and an inotify instance each).
         # A finished write (close after write) is one event; modify events would add one per write() call.
-        self._observer.schedule(handler, str(cpu_dir), recursive=True,
-                                event_filter=[FileClosedEvent, FileCreatedEvent, FileMovedEvent])
+        super().__init__("cmk-cpu-watch", cpu_dir, recursive=True,
+                         events=[FileClosedEvent, FileCreatedEvent, FileMovedEvent])
 
-    @staticmethod
-    def _event(event: FileSystemEvent, on_change: Callable[[], None]) -> None:
-        if os.path.basename(event.dest_path or event.src_path) == "online":
-            on_change()
-
-    def start(self) -> None:
-        self._observer.start()
-
-    def stop(self) -> None:
-        self._observer.stop()
-        self._observer.join()
+    def _event(self, event: FileSystemEvent) -> None:
+        if _file_name(event) == "online":
+            self._on_change()
 
 
 class _UeventCpuWatcher:
