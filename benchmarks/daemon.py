@@ -32,6 +32,7 @@ import psutil
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
+from benchmarks.timing import samples_ms
 from deviceplugin.kubelet import Kubelet
 from deviceplugin.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
 from deviceplugin.sysfs import discover
@@ -85,14 +86,8 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 
 def timed(call: Callable[[], object], n: int = CALLS) -> list[float]:
-    for _ in range(300):  # warm the channel and the server's threads (the first calls after start are slow)
-        call()
-    samples = []
-    for _ in range(n):
-        start = time.perf_counter()
-        call()
-        samples.append((time.perf_counter() - start) * 1000)
-    return samples
+    # warm the channel and the server's threads (the first calls after start are slow)
+    return samples_ms(call, n, warmup=300)
 
 
 def cpu_seconds(process: psutil.Process) -> float:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +18,7 @@ if not __package__:  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
+from benchmarks.timing import samples_ms
 from deviceplugin.plan import plan_pools
 from deviceplugin.sysfs import discover
 from tests.topologies import FIXTURES
@@ -29,13 +29,8 @@ SYNTHETIC = (4, 2, 64, 2)  # sockets, nodes per socket, cores per node, threads 
 
 
 def _timed(step: Callable[[], object], runs: int) -> list[float]:
-    step()  # warm the page cache and imports: the daemon re-discovers a warm sysfs
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        step()
-        samples.append((time.perf_counter() - start) * 1000)
-    return samples
+    # warm the page cache and imports: the daemon re-discovers a warm sysfs
+    return samples_ms(step, runs, warmup=1)
 
 
 def _p90(samples: list[float]) -> float:
