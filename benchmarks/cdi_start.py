@@ -60,8 +60,8 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT))
-    from deviceplugin import cdi
-    from deviceplugin.cmd_install import install_pinner
+    from deviceplugin.host import cdi
+    from deviceplugin.host.install import install_pinner
     from pinner.build import DEFAULT_OUTPUT, build
     from tests.e2e.podman import RUN, busybox_image
     from tests.pinner.hookrun import cpuset_cgroup, process_in, state, write_config

@@ -2,7 +2,7 @@
 
 Replays one seeded stream of exclusive-core requests (sizes 1..k) and
 releases on real multi-NUMA machine dumps, every core an exclusive device,
-for three policies side by side: ours (``deviceplugin.policy``), "first free
+for three policies side by side: ours (``deviceplugin.model.policy``), "first free
 core" (lowest IDs, what a plugin without GetPreferredAllocation gets from the
 kubelet) and "random". Every policy sees the same random numbers; only its
 own choices shape its free cores.
@@ -34,9 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deviceplugin.policy import numa_nodes_of, preferred_allocation
-from deviceplugin.sysfs import discover
-from deviceplugin.topology import Core
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.policy import numa_nodes_of, preferred_allocation
+from deviceplugin.model.topology import Core
 from tests.topologies import FIXTURES
 
 MACHINES = (

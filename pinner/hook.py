@@ -3,7 +3,7 @@
 The hook itself exists only in C (``pinner/native/cmk.c``): it runs on the
 host, where there may be no Python, as the runtime's ``createRuntime`` hook.
 This module holds its constants, so ``pinner/build.py`` generates them into
-``cmk_generated.h``, the CDI spec builder (``deviceplugin/cdi.py``) names the
+``cmk_generated.h``, the CDI spec builder (``deviceplugin/host/cdi.py``) names the
 same command line, and tests compare against the same texts.
 
 What it does, in order; every failure is one line on stderr and a distinct

@@ -62,7 +62,7 @@ EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 
 # pool -> (env variable, extended resource, honours --socket-id as CMK did). The contract with the
-# device plugin: deviceplugin.plan and deviceplugin.answers take resource and env names from here.
+# device plugin: deviceplugin.model.plan and deviceplugin.model.answers take resource and env names from here.
 POOLS = {
     "exclusive": ("CMK_CPUS_EXCLUSIVE", "cmk.intel.com/exclusive-cores", True),
     "exclusive-non-isolcpus": (

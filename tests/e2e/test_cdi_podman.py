@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin import cdi
-from deviceplugin.kubelet import ContainerSpec, Kubelet, PodSpec
-from deviceplugin.kubelet.answers import ContainerAnswer
-from deviceplugin.plan import RESOURCE_NAMES, Pool
+from deviceplugin.host import cdi
+from deviceplugin.model.plan import RESOURCE_NAMES, Pool
+from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
+from deviceplugin.standin.answers import ContainerAnswer
 from pinner import hook
 from tests.e2e.podman import env_flags, podman, run
 

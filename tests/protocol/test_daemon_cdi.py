@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import signal
 
-from deviceplugin import cdi
 from deviceplugin.daemon import Daemon, DaemonSettings
-from deviceplugin.kubelet import ContainerSpec, PodSpec
-from deviceplugin.plan import PlanOptions
+from deviceplugin.host import cdi
+from deviceplugin.model.plan import PlanOptions
+from deviceplugin.standin import ContainerSpec, PodSpec
 from pinner import hook
 from tests.protocol.test_daemon import (
     EXCLUSIVE,

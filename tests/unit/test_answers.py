@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from deviceplugin.answers import DeviceRequestError, Mount, allocate_answer
-from deviceplugin.devices import device_tree
-from deviceplugin.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
-from deviceplugin.topology import build_topology
+from deviceplugin.model.answers import DeviceRequestError, Mount, allocate_answer
+from deviceplugin.model.devices import device_tree
+from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
+from deviceplugin.model.topology import build_topology
 
 INSTALL = "/opt/cmk/bin"
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin import cdi
-from deviceplugin.commands import build_parser
-from deviceplugin.config import apply_config, load_config
+from deviceplugin.cli.commands import build_parser
+from deviceplugin.cli.configfile import apply_config, load_config
 from deviceplugin.errors import CmkError
+from deviceplugin.host import cdi
 
 HOOK = "/opt/bin/cmk"
 

@@ -19,9 +19,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from deviceplugin.commands import build_parser
-from deviceplugin.config import apply_config, parse_config
-from deviceplugin.plan import RESOURCE_NAMES, Pool
+from deviceplugin.cli.commands import build_parser
+from deviceplugin.cli.configfile import apply_config, parse_config
+from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deviceplugin.policy import STRATEGIES, numa_nodes_of, preferred_allocation
-from deviceplugin.sysfs import discover
-from deviceplugin.topology import Core, Topology, build_topology
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.policy import STRATEGIES, numa_nodes_of, preferred_allocation
+from deviceplugin.model.topology import Core, Topology, build_topology
 from tests.topologies import FIXTURES
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.synthetic_sysfs import SyntheticRoots, write_synthetic_sysfs
 from deviceplugin.errors import CmkError
-from deviceplugin.sysfs import discover, read_boot_settings
+from deviceplugin.host.sysfs import discover, read_boot_settings
 from pinner.cpulist import format_cpu_list
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from deviceplugin.sysfs import discover
-from deviceplugin.topology import Topology
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.topology import Topology
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.topologies import FIXTURES, fixture_copy
 

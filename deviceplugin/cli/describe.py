@@ -1,0 +1,65 @@
+"""``cmk describe``: the topology and the pool plan for this machine or a sysfs/procfs dump.
+
+With the kubelet's pod resources socket reachable, also the live view: which
+container holds which devices and CPUs, what is free per NUMA node, what is
+unhealthy. An unreachable socket is not an error: the plan alone is shown,
+with one line saying why the live view is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from deviceplugin.cli.configfile import apply_config, defer_defaults, load_config
+from deviceplugin.cli.flags import (
+    add_plan_arguments,
+    add_pod_resources_argument,
+    add_root_arguments,
+    plan_options,
+)
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.plan import plan_pools
+from deviceplugin.view.describe import describe_data, render_table
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_root_arguments(parser)
+    add_plan_arguments(parser)
+    add_pod_resources_argument(parser, "read for the live view")
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help="the daemon's --config YAML file, so describe plans exactly as the daemon does; "
+                             "flags given on the command line win")
+    parser.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
+                        help="output format (default: table)")
+    planning = [action.dest for group in parser._action_groups for action in group._group_actions
+                if action.dest not in ("help", "config", "output")]
+    defer_defaults(parser, planning)
+
+
+def run(args: argparse.Namespace) -> int:
+    from deviceplugin.kubelet.podresources import Unavailable, read_assignments
+    from deviceplugin.model.devices import device_tree
+    from deviceplugin.view.live import live_data, unavailable
+
+    apply_config(args, load_config(args.config) if args.config else {})
+    topology = discover(args.sysfs_root, args.procfs_root)
+    plan = plan_pools(topology, plan_options(args))
+    data = describe_data(topology, plan)
+    tree = device_tree(plan, topology.online)
+    socket = str(args.pod_resources_socket)
+    try:
+        assignments = read_assignments(args.pod_resources_socket, resources=tree)
+        data["live"] = live_data(tree, assignments, socket, topology.offline)
+    except Unavailable as err:
+        data["live"] = unavailable(socket, str(err))
+    if args.output == "json":
+        print(json.dumps(data, indent=2))
+    elif args.output == "yaml":
+        import yaml
+
+        print(yaml.safe_dump(data, sort_keys=False), end="")
+    else:
+        print(render_table(data))
+    return 0
