@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from api.constants import POD_RESOURCES_SOCKET
 from deviceplugin.model.plan import DEFAULT_SLOTS, Mode, PlanOptions
 from pinner.cpulist import CpuListError, parse_cpu_list
 
@@ -99,9 +100,11 @@ def plan_options(args: argparse.Namespace) -> PlanOptions:
     )
 
 
-def add_pod_resources_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, purpose: str) -> None:
-    from deviceplugin.kubelet.podresources import DEFAULT_POD_RESOURCES_SOCKET
+#: Where the kubelet serves its pod resources API (what ``cmk describe`` and the metrics read).
+DEFAULT_POD_RESOURCES_SOCKET = Path(POD_RESOURCES_SOCKET)
 
+
+def add_pod_resources_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, purpose: str) -> None:
     parser.add_argument("--pod-resources-socket", type=Path, default=DEFAULT_POD_RESOURCES_SOCKET,
                         metavar="PATH", help=f"the kubelet's pod resources socket, {purpose} "
                                              f"(default: {DEFAULT_POD_RESOURCES_SOCKET})")

@@ -5,7 +5,8 @@ keeps no record of assignments; the kubelet's checkpoint is the record, and
 pod resources ``List`` is how to read it. ``GetAllocatableResources`` adds
 the kubelet's view of health (its healthy devices per resource).
 
-:func:`read_assignments` returns plain values (:class:`Assignments`) or
+:func:`read_assignments` returns plain values
+(:class:`deviceplugin.model.assignments.Assignments`) or
 raises :class:`Unavailable` with a one-line reason, so callers (``cmk
 describe``, the metrics, the allocation log) decide what "away" means for
 them without touching gRPC.
@@ -15,45 +16,21 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 
 import grpc
 
-from api.constants import POD_RESOURCES_SOCKET
 from api.podresources.v1 import podresources_pb2 as pb
 from api.podresources.v1 import podresources_pb2_grpc as pb_grpc
+from deviceplugin.model.assignments import Assignments, Holding
 
-DEFAULT_POD_RESOURCES_SOCKET = Path(POD_RESOURCES_SOCKET)
 #: Long enough for a busy kubelet on a big node, short enough for a Prometheus scrape (10 s default).
 DEFAULT_TIMEOUT = 2.0
 
 
 class Unavailable(Exception):
     """The pod resources API could not be read; ``str()`` says why in one line."""
-
-
-@dataclass(frozen=True)
-class Holding:
-    """One container's devices of one resource (deduplicated across the NUMA entries List gives)."""
-
-    namespace: str
-    pod: str
-    container: str
-    resource: str
-    device_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Assignments:
-    """``allocatable`` is None when the kubelet does not serve GetAllocatableResources."""
-
-    holdings: tuple[Holding, ...]
-    allocatable: Mapping[str, frozenset[str]] | None
-
-    def held(self, resource: str) -> frozenset[str]:
-        return frozenset(i for h in self.holdings if h.resource == resource for i in h.device_ids)
 
 
 def holdings_from(response: pb.ListPodResourcesResponse, resources: Iterable[str] | None = None) -> tuple[Holding, ...]:

@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from deviceplugin.events import Events
-from deviceplugin.kubelet.podresources import Holding, Unavailable, read_assignments
+from deviceplugin.kubelet.podresources import Unavailable, read_assignments
+from deviceplugin.model.assignments import Holding
 
 log = logging.getLogger(__name__)
 

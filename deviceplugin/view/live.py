@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from deviceplugin.kubelet.podresources import Assignments
+from deviceplugin.model.assignments import Assignments
 from deviceplugin.model.devices import Device, DeviceTree, PoolDevices
 from deviceplugin.model.plan import CORE_POOLS
 from deviceplugin.view.tables import align_columns

@@ -20,12 +20,8 @@ from deviceplugin.host.nfd import (
     write_features,
 )
 from deviceplugin.host.sysfs import discover
-from deviceplugin.kubelet.podresources import (
-    Assignments,
-    Holding,
-    allocatable_from,
-    holdings_from,
-)
+from deviceplugin.kubelet.podresources import allocatable_from, holdings_from
+from deviceplugin.model.assignments import Assignments, Holding
 from deviceplugin.model.devices import device_tree
 from deviceplugin.model.plan import PlanOptions, Pool, plan_pools
 from deviceplugin.observe.logs import JsonFormatter, KeyValueFormatter, configure
@@ -202,7 +198,7 @@ def test_an_allocation_spends_a_look_up_only_when_its_own_turn_came():
     """A round made for a newer allocation must not use up an older one's attempts early."""
     from pathlib import Path
 
-    from deviceplugin.kubelet.podresources import Holding
+    from deviceplugin.model.assignments import Holding
     from deviceplugin.observe.resolver import AllocationResolver
 
     seen: list[tuple[str, dict]] = []
