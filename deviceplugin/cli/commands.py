@@ -22,7 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                     "print the kernel, kubelet and systemd settings the node needs for the pools"),
     "probe": ("deviceplugin.cli.probe", "exit 0 when every planned pool answers on its device-plugin socket"),
     "device-plugin": ("deviceplugin.cli.device_plugin", "serve the pools to the kubelet (the node daemon)"),
-    "install": ("deviceplugin.host.install", "install the self-contained pinner into the host's install directory"),
+    "install": ("deviceplugin.cli.install", "install the self-contained pinner into the host's install directory"),
 }
 
 

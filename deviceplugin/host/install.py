@@ -1,4 +1,4 @@
-"""``cmk install``: put the self-contained pinner into the host's install directory.
+"""The self-contained pinner in the host's install directory (what ``cmk install`` and the daemon use).
 
 The Allocate answer mounts that directory into workload containers (at
 ``/opt/bin`` by default, as CMK did), so ``/opt/bin/cmk isolate`` works in
@@ -9,7 +9,6 @@ binary or the new one, never half of one, and a running one keeps its inode.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
@@ -17,16 +16,6 @@ from deviceplugin.host.atomic import write_atomically
 
 DEFAULT_INSTALL_DIR = Path("/opt/bin")
 INSTALLED_NAME = "cmk"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--install-dir",
-        type=Path,
-        default=DEFAULT_INSTALL_DIR,
-        metavar="DIR",
-        help=f"host directory to install the self-contained pinner into (default: {DEFAULT_INSTALL_DIR})",
-    )
 
 
 def built_pinner() -> Path:
@@ -57,9 +46,3 @@ def install_pinner(source: Path, install_dir: Path) -> Path:
     except OSError as err:
         raise CmkError(f"cannot install {target}: {err.strerror}") from None
     return target
-
-
-def run(args: argparse.Namespace) -> int:
-    target = install_pinner(built_pinner(), args.install_dir)
-    print(f"installed {target}")
-    return 0
