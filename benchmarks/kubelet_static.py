@@ -1,7 +1,8 @@
 """The kubelet's static CPU manager policy, reimplemented for the placement benchmark.
 
-Read from the kubelet's own source (Kubernetes master, 2026; the function
-names are kept so each step can be checked against it):
+Read from the kubelet's own source, in copies of Kubernetes master that
+carry the uncore-cache option (esotsal/kubernetes, openshift/kubernetes;
+the function names are kept so each step can be checked against them):
 
 - ``pkg/kubelet/cm/cpumanager/cpu_assignment.go``: ``cpuAccumulator``,
   ``takeByTopologyNUMAPacked`` with its steps ``takeFullFirstLevel`` /
