@@ -1565,7 +1565,7 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
         int e = errno;
         s_addf(&msg, "the cpuset cgroup of process %ld, ", pid);
         s_shown(&msg, cg->dir.p);
-        if (e == ENOENT || e == ENOTDIR) {
+        if (e == ENOENT) {
             s_add(&msg, ", does not exist");
         } else {
             s_add(&msg, ", cannot be opened: ");
@@ -1591,7 +1591,7 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
     if (e)
         return cgroup_error(HOOK_EXIT_CGROUP_WRITE, parent.p, "cannot read the parent cgroup's CPUs from ", e);
     close(parentfd);
-    if (parse_kernel_list(text.p, &allowed)) {
+    if (memchr(text.p, 0, text.len) || parse_kernel_list(text.p, &allowed)) {
         s_add(&msg, "cannot read the parent cgroup's CPUs from ");
         s_shown(&msg, parent.p);
         s_add(&msg, ": '");
