@@ -2,9 +2,9 @@
 
 ``podman run --rm IMAGE /bin/true`` under runc, RUNS times each, interleaved
 so drift hits both alike: once plain, once with ``--device
-cmk.intel.com/cpus=exclusive`` (the runtime reads the spec, runs ``cmk hook``
-at createRuntime, which writes the cgroup and pins the process). Both get
-the same ``CMK_CPUS_EXCLUSIVE`` env. Printed: median and p90 of each, their
+cmk.intel.com/cpus=cpus-N`` (one core's device: the runtime reads the spec,
+runs its ``cmk hook --cpus=N`` at createRuntime, which writes the cgroup and
+pins the process). Both get the same ``CMK_CPUS_EXCLUSIVE`` env. Printed: median and p90 of each, their
 difference and ratio (target: the hook adds under 20 ms).
 
 The hook alone is timed too, spawn to exit against a real process in a real
