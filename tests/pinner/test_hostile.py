@@ -127,7 +127,8 @@ HOSTILE_FILES: dict[str, Callable[[Path], None]] = {
 
 ENV = {"CMK_CPUS_EXCLUSIVE": str(CPU)}
 CPU_VALUES = ["", ",", "1-", "-1", "0-99999999", "4294967296", "8192", "\u0663", "\uff11", "+1", "1_0", " 1", "1 ",
-              "1,,2", "9" * 5000, "3-1", "0x1", "1e3", "1.0", "\u00b9", "0-1-2", "1;2", "\t", "1," * 5000]
+              "1,,2", "9" * 5000, "3-1", "0x1", "1e3", "1.0", "\u00b9", "0-1-2", "1;2", "\t", "1," * 5000,
+              "\udcff", "1\udcff", "\u200b1"]  # a byte that is not UTF-8 (surrogate-escaped), a zero-width space
 ISOLATE = [
     *(Case("isolate argv", f"argv-{i}", args, ENV) for i, args in enumerate([
         (), ("--pool",), ("--pool=",), ("--pool=nope", "true"), ("--pool=exclusive",), ("--pool=exclusive", ""),
