@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from pinner.build import BuildError, build_sanitized
-from tests.pinner.conftest import BASE_ENV, ISOLATE_PY, ROOT
+from tests.pinner.conftest import BASE_ENV, ISOLATE_PY
 from tests.pinner.hookrun import cmk_hook_entry, process_in
 from tests.pinner.native import ensure_native_pinner
 
@@ -263,8 +263,8 @@ HOOK = [
          setup=both(VALID, proc_cgroup(b"0::/c\n"), at("cg/c", fifo))),
     Case("hook cgroup", "parent-outside", (OWN, PROC, CGROUP), stdin=state(),
          setup=both(VALID, proc_cgroup(b"0::/c\n"), lambda tmp: v2_tree(tmp, b"8191\n"))),
-    Case("hook cgroup", "relative-without-slash", (OWN, PROC, "--cgroup-root="), stdin=state(),
-         setup=both(VALID, proc_cgroup(b"0::c\n"))),
+    Case("hook cgroup", "relative-without-slash", (OWN, PROC, "--cgroup-root="), stdin=state(),  # cwd is {tmp}
+         setup=both(VALID, proc_cgroup(b"0::c\n"), at("c/cpuset.cpus", content(b"")))),
     Case("hook cgroup", "root-too-long", (OWN, PROC, "--cgroup-root=/" + "d/" * 3000), stdin=state(),
          setup=both(VALID, proc_cgroup(b"0::/c\n"))),
 ]
@@ -299,9 +299,9 @@ def fill(text: str, tmp: Path, pid: int) -> str:
     return text.replace(TMP, str(tmp)).replace(PID, str(pid))
 
 
-def run_once(argv: list[str], env: dict[str, str], stdin: bytes) -> subprocess.CompletedProcess[bytes] | None:
+def run_once(argv: list[str], env: dict[str, str], stdin: bytes, cwd: Path) -> subprocess.CompletedProcess[bytes] | None:
     try:
-        return subprocess.run(argv, input=stdin, env=env, cwd=ROOT, capture_output=True, timeout=LIMIT_SECONDS,
+        return subprocess.run(argv, input=stdin, env=env, cwd=cwd, capture_output=True, timeout=LIMIT_SECONDS,
                               check=False)
     except subprocess.TimeoutExpired:
         return None
@@ -314,7 +314,7 @@ def check(case: Case, prefix: list[str], tmp: Path, pid: int, extra_env: dict[st
     argv = [*prefix, *(fill(a, tmp, pid) for a in case.args)]
     env = {**BASE_ENV, **{k: fill(v, tmp, pid) for k, v in case.env.items()}, **(extra_env or {})}
     stdin = fill(case.stdin.decode("latin-1"), tmp, pid).encode("latin-1")
-    result = run_once(argv, env, stdin) or run_once(argv, env, stdin)  # once more: a loaded machine, not a hang
+    result = run_once(argv, env, stdin, tmp) or run_once(argv, env, stdin, tmp)  # once more: load, not a hang
     assert result is not None, f"{case.id} did not exit within {LIMIT_SECONDS} s, twice"
     stderr = result.stderr.decode("utf-8", "replace")
     assert result.returncode not in (0, 98, 99) and result.returncode > 0, (result.returncode, stderr)
