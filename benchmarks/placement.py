@@ -46,8 +46,8 @@ if not __package__:  # run as a script: make the repository importable
 
 from benchmarks.kubelet_static import CpuTopology, Unsupported, kubelet_choice
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
-from deviceplugin.model.policy import preferred_allocation
 from deviceplugin.host.sysfs import discover
+from deviceplugin.model.policy import preferred_allocation
 from deviceplugin.model.topology import Core
 from tests.topologies import FIXTURES
 
