@@ -6,7 +6,8 @@ rule can ask about a pool, a node or the isolated CPUs with one matcher:
 
 - ``cmk_cpu_busy_seconds_total``: busy time (see :mod:`deviceplugin.cpustats`).
 - ``cmk_cpu_interrupts_total{kind="device"|"local"}`` and
-  ``cmk_cpu_softirqs_total{type}``: the kernel's counters, summed per kind.
+  ``cmk_cpu_softirqs_total{kind="device"|"local"}``: the kernel's counters,
+  summed per kind (:mod:`deviceplugin.cpustats` says which row is which).
 - ``cmk_cpu_held``: 1 while a container holds the CPU (pod resources; a held
   slot holds its whole pool); absent while the kubelet cannot be read.
 - ``cmk_cpu_unheld_busy_seconds_total``, on exclusive-pool CPUs only: busy
@@ -107,8 +108,9 @@ class CpuCollector:
         interrupts = CounterMetricFamily("cmk_cpu_interrupts", "Interrupts the CPU served, from /proc/interrupts: "
                                          "kind device (numbered IRQs) or local (timer, IPIs).",
                                          labels=[*_LABELS, "kind"])
-        softirqs = CounterMetricFamily("cmk_cpu_softirqs", "Softirqs the CPU ran, from /proc/softirqs.",
-                                       labels=[*_LABELS, "type"])
+        softirqs = CounterMetricFamily("cmk_cpu_softirqs", "Softirqs the CPU ran, from /proc/softirqs: kind device "
+                                       "(net, block, tasklets) or local (timer, sched, rcu).",
+                                       labels=[*_LABELS, "kind"])
         for cpu, times in sample.times.items():
             labels = self._of(cpu)
             busy.add_metric(labels, times.busy)

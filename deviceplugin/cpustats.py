@@ -11,8 +11,11 @@ text and on plain values, so tests feed it counters they know.
 - Interrupts are split by kind: ``device`` for the numbered lines (hardware
   IRQs, which ``smp_affinity`` can steer off isolated CPUs) and ``local`` for
   the named per-CPU lines (timer, IPIs, ...), which no affinity moves.
-- Softirqs keep their type (``net_rx`` on an isolated CPU means a NIC queue
-  is served there).
+- Softirqs are split the same way: ``device`` for those raised on behalf of
+  devices and drivers (``NET_RX`` on an isolated CPU means a NIC queue is
+  served there), ``local`` for timer, hrtimer, sched and rcu. Two series per
+  CPU rather than ten keep a 1,024-CPU node's scrape small (see
+  ``benchmarks/scrape.py``); ``/proc/softirqs`` has the types.
 
 Counters go out as counters (Prometheus takes rates); ``cmk describe`` takes
 a rate between two samples with :func:`rates`. A counter that went down
@@ -22,7 +25,7 @@ under us could) counts from zero, as Prometheus' ``rate`` does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -59,7 +62,7 @@ class Sample:
 
     times: Mapping[int, CpuTimes]
     interrupts: Mapping[int, Mapping[str, int]]  # cpu -> DEVICE/LOCAL -> count
-    softirqs: Mapping[int, Mapping[str, int]]  # cpu -> type (lower case) -> count
+    softirqs: Mapping[int, Mapping[str, int]]  # cpu -> DEVICE/LOCAL -> count
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class CpuRates:
 
     busy: float
     interrupts: Mapping[str, float] = field(default_factory=dict)
-    softirqs: float = 0.0
+    softirqs: Mapping[str, float] = field(default_factory=dict)
 
 
 def parse_stat(text: str, ticks_per_second: int) -> dict[int, CpuTimes]:
@@ -104,53 +107,62 @@ def parse_stat(text: str, ticks_per_second: int) -> dict[int, CpuTimes]:
     return times
 
 
-def parse_per_cpu_table(text: str) -> dict[str, dict[int, int]]:
-    """``/proc/interrupts`` or ``/proc/softirqs``: row name -> CPU -> count.
+def parse_per_cpu_table(text: str) -> tuple[list[int], dict[str, list[int]]]:
+    """``/proc/interrupts`` or ``/proc/softirqs``: the CPUs of the columns, and row name -> counts in that order.
 
     The header names the columns (``CPU0 CPU2`` when CPU 1 is offline); a row
     with fewer counts than columns (``ERR:``, ``MIS:``: node-wide) is skipped,
     and what follows the counts (chip, trigger, device names) is ignored.
+    Lists, not dicts: a 1,024-CPU node's file holds a quarter million counts.
     """
     lines = text.splitlines()
     header = next((n for n, line in enumerate(lines) if line.strip()), None)
     if header is None:
-        return {}
+        return [], {}
     try:
         cpus = [int(col.removeprefix("CPU")) for col in lines[header].split()]
     except ValueError:
         raise StatsError(f"line {header + 1}: the header is not 'CPU0 CPU1 ...'") from None
-    rows: dict[str, dict[int, int]] = {}
+    rows: dict[str, list[int]] = {}
     for number, line in enumerate(lines[header + 1:], header + 2):
         name, colon, rest = line.partition(":")
         if not colon:
             if line.strip():
                 raise StatsError(f"line {number}: {line[:60]!r} has no 'NAME:'")
             continue
-        fields = rest.split()[:len(cpus)]
-        if len(fields) < len(cpus) or not all(f.isdigit() for f in fields):
+        fields = rest.split(maxsplit=len(cpus))[:len(cpus)]
+        try:
+            counts = [int(f) for f in fields]
+        except ValueError:  # a description word where a count would be: a node-wide row
             continue
-        rows[name.strip()] = dict(zip(cpus, map(int, fields)))
-    return rows
+        if len(counts) == len(cpus):
+            rows[name.strip()] = counts
+    return cpus, rows
 
 
-def interrupt_kinds(rows: Mapping[str, Mapping[int, int]]) -> dict[int, dict[str, int]]:
-    """Per CPU, interrupts summed into :data:`DEVICE` (numbered lines) and :data:`LOCAL` (named lines)."""
-    per_cpu: dict[int, dict[str, int]] = {}
-    for name, counts in rows.items():
-        kind = DEVICE if name.isdigit() else LOCAL
-        for cpu, count in counts.items():
-            kinds = per_cpu.setdefault(cpu, {DEVICE: 0, LOCAL: 0})
-            kinds[kind] += count
-    return per_cpu
+#: Softirqs raised on behalf of devices and drivers (the rest, timer, hrtimer, sched and rcu, the kernel
+#: raises on every busy CPU itself); like device IRQs, these follow where a device's interrupts are steered.
+DEVICE_SOFTIRQS = frozenset({"HI", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET"})
 
 
-def softirq_types(rows: Mapping[str, Mapping[int, int]]) -> dict[int, dict[str, int]]:
-    """Per CPU, softirq counts by type in lower case (``net_rx``), as node_exporter names them."""
-    per_cpu: dict[int, dict[str, int]] = {}
-    for name, counts in rows.items():
-        for cpu, count in counts.items():
-            per_cpu.setdefault(cpu, {})[name.lower()] = count
-    return per_cpu
+def by_kind(table: tuple[list[int], Mapping[str, list[int]]], is_device: Callable[[str], bool]) -> dict[int, dict[str, int]]:
+    """Per CPU, the rows summed into :data:`DEVICE` and :data:`LOCAL` counts."""
+    cpus, rows = table
+    sums = {}
+    for kind, wanted in ((DEVICE, True), (LOCAL, False)):
+        picked = [counts for name, counts in rows.items() if is_device(name) == wanted]
+        sums[kind] = [sum(column) for column in zip(*picked)] if picked else [0] * len(cpus)
+    return {cpu: {DEVICE: sums[DEVICE][i], LOCAL: sums[LOCAL][i]} for i, cpu in enumerate(cpus)}
+
+
+def interrupt_kinds(text: str) -> dict[int, dict[str, int]]:
+    """``/proc/interrupts`` per CPU: numbered lines are :data:`DEVICE` IRQs, named ones (LOC, RES, ...) :data:`LOCAL`."""
+    return by_kind(parse_per_cpu_table(text), str.isdigit)
+
+
+def softirq_kinds(text: str) -> dict[int, dict[str, int]]:
+    """``/proc/softirqs`` per CPU: :data:`DEVICE_SOFTIRQS` as :data:`DEVICE`, the rest (and any new type) :data:`LOCAL`."""
+    return by_kind(parse_per_cpu_table(text), DEVICE_SOFTIRQS.__contains__)
 
 
 def places(topology: Topology, plan: PoolPlan) -> dict[int, Place]:
@@ -173,6 +185,10 @@ def _delta(before: float, after: float) -> float:
     return after - before if after >= before else after
 
 
+def _per_second(then: Mapping[str, int], now: Mapping[str, int], seconds: float) -> dict[str, float]:
+    return {kind: _delta(then.get(kind, 0), count) / seconds if seconds > 0 else 0.0 for kind, count in now.items()}
+
+
 def rates(before: Sample, after: Sample, seconds: float) -> dict[int, CpuRates]:
     """Per CPU online in both samples: busy share of its time, interrupts and softirqs per second."""
     out: dict[int, CpuRates] = {}
@@ -180,12 +196,8 @@ def rates(before: Sample, after: Sample, seconds: float) -> dict[int, CpuRates]:
         then, now = before.times[cpu], after.times[cpu]
         total = _delta(then.total, now.total)
         busy = min(1.0, _delta(then.busy, now.busy) / total) if total > 0 else 0.0
-        irq_then, irq_now = before.interrupts.get(cpu, {}), after.interrupts.get(cpu, {})
-        interrupts = {kind: _delta(irq_then.get(kind, 0), count) / seconds if seconds > 0 else 0.0
-                      for kind, count in irq_now.items()}
-        soft_then, soft_now = before.softirqs.get(cpu, {}), after.softirqs.get(cpu, {})
-        soft = sum(_delta(soft_then.get(t, 0), count) for t, count in soft_now.items())
-        out[cpu] = CpuRates(busy, interrupts, soft / seconds if seconds > 0 else 0.0)
+        out[cpu] = CpuRates(busy, _per_second(before.interrupts.get(cpu, {}), after.interrupts.get(cpu, {}), seconds),
+                            _per_second(before.softirqs.get(cpu, {}), after.softirqs.get(cpu, {}), seconds))
     return out
 
 

@@ -18,9 +18,8 @@ from deviceplugin.cpustats import (
     Sample,
     StatsError,
     interrupt_kinds,
-    parse_per_cpu_table,
     parse_stat,
-    softirq_types,
+    softirq_kinds,
 )
 
 T = TypeVar("T")
@@ -50,8 +49,8 @@ def read_sample(procfs_root: Path, ticks_per_second: int = TICKS_PER_SECOND) -> 
     times = _parsed(procfs_root / "stat", lambda text: parse_stat(text, ticks_per_second))
     if not times:
         raise StatsError(f"{procfs_root / 'stat'} lists no cpuN line (is --procfs-root a procfs?)")
-    interrupts = _parsed(procfs_root / "interrupts", lambda text: interrupt_kinds(parse_per_cpu_table(text)))
-    softirqs = _parsed(procfs_root / "softirqs", lambda text: softirq_types(parse_per_cpu_table(text)))
+    interrupts = _parsed(procfs_root / "interrupts", interrupt_kinds)
+    softirqs = _parsed(procfs_root / "softirqs", softirq_kinds)
     return Sample(times, interrupts, softirqs)
 
 

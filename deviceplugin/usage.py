@@ -45,9 +45,8 @@ def usage_data(place: Mapping[int, Place], before: Sample, after: Sample, second
             "pool": pool,
             "cpus": format_cpu_list(online),
             "busy_cpus": round(sum(per_cpu[c].busy for c in online), 2),
-            "device_interrupts_per_second": round(sum(per_cpu[c].interrupts.get(DEVICE, 0.0) for c in online), 1),
-            "local_interrupts_per_second": round(sum(per_cpu[c].interrupts.get(LOCAL, 0.0) for c in online), 1),
-            "softirqs_per_second": round(sum(per_cpu[c].softirqs for c in online), 1),
+            **{f"{kind}_{what}_per_second": round(sum(getattr(per_cpu[c], what).get(kind, 0.0) for c in online), 1)
+               for what in ("interrupts", "softirqs") for kind in (DEVICE, LOCAL)},
             "held_cpus": None if held is None else format_cpu_list(c for c in online if c in held),
             "unheld_busy_cpus": None if unheld is None else round(sum(per_cpu[c].busy for c in unheld), 2),
         })
@@ -83,12 +82,13 @@ def render_usage(usage: Mapping[str, Any]) -> list[str]:
     if not usage["available"]:
         return [f"usage unavailable: {usage['reason']}"]
     lines = [f"Usage over {usage['window_seconds']:.1f} s (procfs; busy in CPUs, rates per second)"]
-    rows = [["POOL", "CPUS", "BUSY", "DEVICE IRQS", "LOCAL IRQS", "SOFTIRQS", "HELD", "UNHELD BUSY"]]
+    rows = [["POOL", "CPUS", "BUSY", "DEVICE IRQS", "LOCAL IRQS", "DEVICE SOFTIRQS", "LOCAL SOFTIRQS", "HELD",
+             "UNHELD BUSY"]]
     for p in usage["pools"]:
         unheld = "-" if p["unheld_busy_cpus"] is None else f"{p['unheld_busy_cpus']:.2f}"
         held = "?" if p["held_cpus"] is None else (p["held_cpus"] or "-")
-        rows.append([p["pool"], p["cpus"] or "-", f"{p['busy_cpus']:.2f}", f"{p['device_interrupts_per_second']:g}",
-                     f"{p['local_interrupts_per_second']:g}", f"{p['softirqs_per_second']:g}", held, unheld])
+        counts = [f"{p[f'{kind}_{what}_per_second']:g}" for what in ("interrupts", "softirqs") for kind in (DEVICE, LOCAL)]
+        rows.append([p["pool"], p["cpus"] or "-", f"{p['busy_cpus']:.2f}", *counts, held, unheld])
     lines += align_columns(rows, indent="  ")
     for leak in usage["leaks"]:
         lines.append(f"  leak: CPU {leak['cpu']} ({leak['pool']}) is {leak['busy_percent']:g} % busy "

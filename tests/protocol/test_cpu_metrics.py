@@ -102,7 +102,7 @@ def test_counters_labels_holdings_and_leaks_follow_procfs_and_the_kubelet(kubele
         cpu: 7.0 if cpu == free else 2.0 if cpu in {0, 1, 2, 8, 9, 10} - held else 0.0
         for cpu in [0, 1, 2, 8, 9, 10]}
     assert per_cpu(samples, "cmk_cpu_interrupts_total", kind="device")[free] == 4000
-    assert per_cpu(samples, "cmk_cpu_softirqs_total", type="net_rx")[free] == 30
+    assert per_cpu(samples, "cmk_cpu_softirqs_total", kind="device")[free] == 30
 
     kubelet.stop()  # holdings unknown: no held series, and this interval is not counted as a leak
     write_counters(procfs, {c: Known(user=900, system=50, idle=1000) for c in range(16)})

@@ -14,11 +14,13 @@ from deviceplugin.cpustats import (
     Place,
     Sample,
     StatsError,
+    interrupt_kinds,
     parse_per_cpu_table,
     parse_stat,
     places,
     pools_of,
     rates,
+    softirq_kinds,
     unheld_busy,
 )
 from deviceplugin.plan import PlanOptions, plan_pools
@@ -64,9 +66,22 @@ def test_a_malformed_stat_line_names_its_line(text, message):
 
 
 def test_interrupts_columns_follow_the_header_and_node_wide_rows_are_left_out():
-    rows = parse_per_cpu_table(INTERRUPTS)
-    assert rows == {"0": {0: 44, 2: 0, 3: 0}, "36": {0: 5, 2: 107276, 3: 1}, "NMI": {0: 0, 2: 0, 3: 0},
-                    "LOC": {0: 91829, 2: 96234, 3: 10}, "CAL": {0: 3, 2: 4, 3: 5}}
+    assert parse_per_cpu_table(INTERRUPTS) == ([0, 2, 3], {
+        "0": [44, 0, 0], "36": [5, 107276, 1], "NMI": [0, 0, 0], "LOC": [91829, 96234, 10], "CAL": [3, 4, 5]})
+    assert interrupt_kinds(INTERRUPTS) == {0: {DEVICE: 49, LOCAL: 91832}, 2: {DEVICE: 107276, LOCAL: 96238},
+                                           3: {DEVICE: 1, LOCAL: 15}}
+
+
+def test_softirqs_from_devices_and_drivers_are_device_the_rest_local():
+    text = ("                    CPU0       CPU1\n"
+            "          HI:          1          0\n      TIMER:      17583      15559\n"
+            "      NET_TX:          8          6\n      NET_RX:      12504      14915\n"
+            "       BLOCK:          0     107274\n    IRQ_POLL:          0          0\n"
+            "     TASKLET:          2          1\n       SCHED:      34451      33950\n"
+            "     HRTIMER:          0          0\n         RCU:      70411      61781\n"
+            "    NEW_TYPE:          5          5\n")
+    assert softirq_kinds(text) == {0: {DEVICE: 1 + 8 + 12504 + 2, LOCAL: 17583 + 34451 + 70411 + 5},
+                                   1: {DEVICE: 6 + 14915 + 107274 + 1, LOCAL: 15559 + 33950 + 61781 + 5}}
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -86,7 +101,7 @@ def test_known_counters_read_back_from_a_procfs_copy(tmp_path):
     sample = read_sample(tmp_path, ticks_per_second=100)
     assert sample.times == {0: CpuTimes(4.0, 10.5), 3: CpuTimes(0.01, 1.0)}
     assert sample.interrupts == {0: {DEVICE: 12, LOCAL: 1000}, 3: {DEVICE: 0, LOCAL: 0}}
-    assert sample.softirqs == {0: {"hi": 0, "net_rx": 7}, 3: {"hi": 0, "net_rx": 0}}
+    assert sample.softirqs == {0: {DEVICE: 7, LOCAL: 0}, 3: {DEVICE: 0, LOCAL: 0}}
 
 
 def test_reader_errors_name_the_file(tmp_path):
@@ -112,11 +127,12 @@ def test_this_machines_proc_lists_every_online_cpu_and_only_counts_up():
         assert set(sample.interrupts) == online and set(sample.softirqs) == online
         assert all(0 < t.busy <= t.total for t in sample.times.values())
         assert all(set(kinds) == {DEVICE, LOCAL} for kinds in sample.interrupts.values())
-        assert all("timer" in types and "net_rx" in types for types in sample.softirqs.values())
+        assert all(set(kinds) == {DEVICE, LOCAL} for kinds in sample.softirqs.values())
+        assert all(kinds[LOCAL] > 0 for kinds in sample.softirqs.values())  # every online CPU takes timer softirqs
     for cpu in online:
         assert after.times[cpu].busy >= before.times[cpu].busy and after.times[cpu].total > before.times[cpu].total
         assert all(after.interrupts[cpu][k] >= before.interrupts[cpu][k] for k in (DEVICE, LOCAL))
-        assert all(after.softirqs[cpu][t] >= n for t, n in before.softirqs[cpu].items())
+        assert all(after.softirqs[cpu][k] >= before.softirqs[cpu][k] for k in (DEVICE, LOCAL))
     per_cpu = rates(before, after, seconds)
     assert set(per_cpu) == online and all(0 <= r.busy <= 1 for r in per_cpu.values())
 
@@ -126,7 +142,7 @@ def sample(**busy_total_irqs: tuple[float, float, int, int, int]) -> Sample:
     cpus = {int(name[3:]): v for name, v in busy_total_irqs.items()}
     return Sample({c: CpuTimes(v[0], v[1]) for c, v in cpus.items()},
                   {c: {DEVICE: v[2], LOCAL: v[3]} for c, v in cpus.items()},
-                  {c: {"net_rx": v[4]} for c, v in cpus.items()})
+                  {c: {DEVICE: v[4], LOCAL: 0} for c, v in cpus.items()})
 
 
 def test_rates_are_busy_shares_of_cpu_time_and_counts_per_second():
@@ -134,9 +150,9 @@ def test_rates_are_busy_shares_of_cpu_time_and_counts_per_second():
     after = sample(cpu0=(10.5, 102, 25, 300, 10), cpu1=(51, 101, 0, 100, 2), cpu3=(9, 9, 9, 9, 9))
     got = rates(before, after, 2.0)
     assert set(got) == {0, 1}  # CPU 2 went offline, CPU 3 came online: no rate for either
-    assert got[0].busy == 0.25 and got[0].interrupts == {DEVICE: 10.0, LOCAL: 100.0} and got[0].softirqs == 5.0
+    assert got[0].busy == 0.25 and got[0].interrupts == {DEVICE: 10.0, LOCAL: 100.0} and got[0].softirqs == {DEVICE: 5.0, LOCAL: 0.0}
     # A counter that went down counts from zero, as Prometheus' rate() does.
-    assert got[1].busy == 1.0 and got[1].interrupts == {DEVICE: 0.0, LOCAL: 50.0} and got[1].softirqs == 1.0
+    assert got[1].busy == 1.0 and got[1].interrupts == {DEVICE: 0.0, LOCAL: 50.0} and got[1].softirqs == {DEVICE: 1.0, LOCAL: 0.0}
 
 
 def test_unheld_busy_counts_only_cpus_free_at_both_samples():
@@ -179,8 +195,10 @@ def test_usage_on_the_xeon_d_dump_with_known_counters(tmp_path):
     pools = {p["pool"]: p for p in usage["pools"]}
     assert pools["exclusive"] == {
         "pool": "exclusive", "cpus": "0-2,8-10", "busy_cpus": 1.3, "device_interrupts_per_second": 20.0,
-        "local_interrupts_per_second": 0.0, "softirqs_per_second": 0.0, "held_cpus": "0,8", "unheld_busy_cpus": 0.8}
-    assert pools["shared"]["device_interrupts_per_second"] == 200.0 and pools["shared"]["softirqs_per_second"] == 10
+        "local_interrupts_per_second": 0.0, "device_softirqs_per_second": 0.0, "local_softirqs_per_second": 0.0,
+        "held_cpus": "0,8", "unheld_busy_cpus": 0.8}
+    assert pools["shared"]["device_interrupts_per_second"] == 200.0
+    assert pools["shared"]["device_softirqs_per_second"] == 10.0
     assert pools["shared"]["unheld_busy_cpus"] is None  # a slot pool cannot leak: its CPUs are shared by design
     assert pools["infra"]["busy_cpus"] == 1.0 and pools["infra"]["held_cpus"] == ""
     assert usage["leaks"] == [{"cpu": 1, "pool": "exclusive", "busy_percent": 80.0}]
@@ -189,9 +207,10 @@ def test_usage_on_the_xeon_d_dump_with_known_counters(tmp_path):
         {"cpu": 3, "pool": "shared", "isolated": True, "device_interrupts_per_second": 200.0}]
     lines = render_usage(usage)
     assert lines[0] == "Usage over 2.0 s (procfs; busy in CPUs, rates per second)"
-    assert lines[1].split() == ["POOL", "CPUS", "BUSY", "DEVICE", "IRQS", "LOCAL", "IRQS", "SOFTIRQS", "HELD",
-                                "UNHELD", "BUSY"]
-    assert lines[2].split() == ["exclusive", "0-2,8-10", "1.30", "20", "0", "0", "0,8", "0.80"]
+    assert lines[1].split() == ["POOL", "CPUS", "BUSY", "DEVICE", "IRQS", "LOCAL", "IRQS", "DEVICE", "SOFTIRQS",
+                                "LOCAL", "SOFTIRQS", "HELD", "UNHELD", "BUSY"]
+    assert lines[2].split() == ["exclusive", "0-2,8-10", "1.30", "20", "0", "0", "0", "0,8", "0.80"]
+    assert lines[3].split() == ["shared", "3,11", "0.00", "200", "0", "10", "0", "3,11", "-"]
     assert "  leak: CPU 1 (exclusive) is 80 % busy and no container holds it" in lines
     assert ("  interrupts: 200 device IRQs/s on CPU 3 (shared, isolated): steer them away with "
             "/proc/irq/*/smp_affinity_list") in lines
