@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         assignments = read_assignments(args.pod_resources_socket, resources=tree)
         data["live"] = live_data(tree, assignments, socket, topology.offline)
-        held = held_cpus(tree, assignments)
+        held = held_cpus(tree, assignments.held)
     except Unavailable as err:
         data["live"] = unavailable(socket, str(err))
     if args.usage_window:

@@ -33,7 +33,6 @@ from deviceplugin.plan import CORE_POOLS, Pool, PoolPlan
 from deviceplugin.topology import Topology
 
 if TYPE_CHECKING:
-    from deviceplugin.assignments import Assignments
     from deviceplugin.devices import DeviceTree
 
 DEVICE, LOCAL = "device", "local"
@@ -175,10 +174,9 @@ def places(topology: Topology, plan: PoolPlan) -> dict[int, Place]:
     }
 
 
-def held_cpus(tree: DeviceTree, assignments: Assignments) -> frozenset[int]:
-    """CPUs behind devices some container holds: a core's threads; any held slot holds its whole pool."""
-    return frozenset(cpu for resource, devices in tree.items()
-                     for cpu in devices.cpus_of(assignments.held(resource)))
+def held_cpus(tree: DeviceTree, held: Callable[[str], Iterable[str]]) -> frozenset[int]:
+    """CPUs behind the device IDs ``held(resource)`` names (``Assignments.held``): a core's threads; a slot its pool."""
+    return frozenset(cpu for resource, devices in tree.items() for cpu in devices.cpus_of(held(resource)))
 
 
 def _delta(before: float, after: float) -> float:

@@ -114,7 +114,7 @@ class PoolCollector(Collector):
         up.add_metric([], 0 if assignments is None else 1)
         yield up
         if self._cpu_stats is not None:  # one pod resources read per scrape serves both
-            yield from self._cpu_stats.families(None if assignments is None else held_cpus(tree, assignments))
+            yield from self._cpu_stats.families(None if assignments is None else held_cpus(tree, assignments.held))
         if assignments is None:
             return
         allocated = GaugeMetricFamily("cmk_pool_allocated_devices",

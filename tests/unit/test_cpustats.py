@@ -14,6 +14,7 @@ from deviceplugin.cpustats import (
     Place,
     Sample,
     StatsError,
+    held_cpus,
     interrupt_kinds,
     parse_per_cpu_table,
     parse_stat,
@@ -23,6 +24,7 @@ from deviceplugin.cpustats import (
     softirq_kinds,
     unheld_busy,
 )
+from deviceplugin.devices import device_tree
 from deviceplugin.plan import PlanOptions, plan_pools
 from deviceplugin.procstats import read_sample, sample_window
 from deviceplugin.sysfs import discover
@@ -178,6 +180,14 @@ def test_places_on_the_xeon_d_dump_follow_the_plan_and_isolcpus(tmp_path):
     assert {c for c, p in place.items() if p.isolated} == {0, 1, 2, 3, 8, 9, 10, 11}
     assert {p.numa_node for p in place.values()} == {"0"}
     assert place[0].exclusive and not place[3].exclusive
+
+
+def test_held_cpus_are_a_held_cores_threads_and_a_held_slots_whole_pool(tmp_path):
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    tree = device_tree(plan_pools(discover(sysfs, procfs), XEON_D_PLAN), discover(sysfs, procfs).online)
+    held = {"cmk.intel.com/exclusive-cores": ["cpus-1.9", "unknown-id"], "cmk.intel.com/shared": ["shared-003"]}
+    assert held_cpus(tree, lambda resource: held.get(resource, [])) == {1, 9, 3, 11}
+    assert held_cpus(tree, lambda resource: []) == frozenset()
 
 
 def test_usage_on_the_xeon_d_dump_with_known_counters(tmp_path):
