@@ -88,7 +88,7 @@ class CpuCollector:
         family = CounterMetricFamily("cmk_cpu_unheld_busy_seconds",
                                      "Busy time on an exclusive-pool CPU no container held (a leak).", labels=_LABELS)
         for cpu, seconds in unheld.items():
-            family.add_metric(self._of(cpu), seconds)
+            family.add_metric(self._of(cpu), round(seconds, 6))  # a sum of 1/USER_HZ steps: no float dust
         yield family
 
     def _of(self, cpu: int) -> list[str]:
