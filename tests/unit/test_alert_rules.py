@@ -1,4 +1,4 @@
-"""deploy/prometheus's isolation alert rules, run by promtool on series with known values.
+"""deploy/prometheus's isolation alert and per-pool recording rules, run by promtool on series with known values.
 
 The test file must pass as shipped and fail once a rule's threshold is broken, so it
 cannot pass by asserting nothing; every series the rules read must be one the daemon exports.
@@ -33,7 +33,7 @@ def promtool(*args: str, cwd: Path = RULES) -> subprocess.CompletedProcess[str]:
 
 def test_isolation_rules_load_and_their_tests_pass():
     checked = promtool("check", "rules", "isolation-rules.yaml")
-    assert checked.returncode == 0 and "SUCCESS: 3 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = promtool("test", "rules", "isolation-rules.test.yaml")
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
@@ -42,6 +42,8 @@ def test_isolation_rules_load_and_their_tests_pass():
     ("rate(cmk_cpu_unheld_busy_seconds_total[5m]) > 0.1", "rate(cmk_cpu_unheld_busy_seconds_total[5m]) > 2"),
     ('isolated="true"}[5m]) > 100', 'isolated="true"}[5m]) > 1000'),
     ("cmk_cpu_stats_up == 0", "cmk_cpu_stats_up == 2"),
+    ("sum by (instance, pool, numa_node) (rate(cmk_cpu_busy_seconds_total[5m]))",
+     "max by (instance, pool, numa_node) (rate(cmk_cpu_busy_seconds_total[5m]))"),
 ])
 def test_the_rule_tests_fail_when_a_rule_is_broken(tmp_path, rule, broken):
     text = (RULES / "isolation-rules.yaml").read_text()
