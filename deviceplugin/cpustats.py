@@ -41,6 +41,7 @@ _BUSY_COLUMNS = (0, 1, 2, 5, 6)
 _IDLE_COLUMNS = (3, 4)
 #: The pool label of a CPU that belongs to no pool (partly isolated or unused isolated cores).
 NO_POOL = "none"
+_CORE_POOL_NAMES = frozenset(str(p) for p in CORE_POOLS)
 
 
 class StatsError(ValueError):
@@ -74,7 +75,7 @@ class Place:
 
     @property
     def exclusive(self) -> bool:
-        return self.pool in {str(p) for p in CORE_POOLS}
+        return self.pool in _CORE_POOL_NAMES
 
 
 @dataclass(frozen=True)
@@ -203,9 +204,9 @@ def unheld_busy(before: Sample, after: Sample, cpus: Iterable[int],
                 held_before: frozenset[int], held_after: frozenset[int]) -> dict[int, float]:
     """Busy seconds between two samples on each of ``cpus`` that no container held at either sample.
 
-    Held at both ends is required so a container starting or stopping between
-    two samples is never counted as a leak; what runs there meanwhile is
-    unseen by the kubelet too, which is what the signal is for.
+    Unheld at both ends, so a container starting or stopping between two
+    samples is never counted as a leak (a container that came and went in
+    between counts, as the kubelet's List never showed it either).
     """
     leaked = {}
     for cpu in cpus:
