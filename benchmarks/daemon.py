@@ -33,9 +33,9 @@ from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from benchmarks.timing import samples_ms
-from deviceplugin.kubelet import Kubelet
-from deviceplugin.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
-from deviceplugin.sysfs import discover
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
+from deviceplugin.standin import Kubelet
 
 REPO = Path(__file__).resolve().parents[1]
 SOCKETS, NODES_PER_SOCKET, CORES_PER_NODE, THREADS = 4, 2, 64, 2  # 1,024 CPUs, 8 NUMA nodes
@@ -96,7 +96,7 @@ def cpu_seconds(process: psutil.Process) -> float:
 
 
 def main() -> int:
-    logging.getLogger("deviceplugin.kubelet").setLevel(logging.ERROR)  # expected stream ends on restart
+    logging.getLogger("deviceplugin.standin").setLevel(logging.ERROR)  # expected stream ends on restart
     work = Path(tempfile.mkdtemp(prefix="cmk-bench-daemon-"))
     rows: list[tuple[str, str, str, float]] = []  # what, figure, target, target/figure
     processes: list[subprocess.Popen[bytes]] = []

@@ -19,8 +19,8 @@ if not __package__:  # run as a script: make the repository importable
 
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from benchmarks.timing import samples_ms
-from deviceplugin.plan import plan_pools
-from deviceplugin.sysfs import discover
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.plan import plan_pools
 from tests.topologies import FIXTURES
 
 LARGEST_DUMP = "hwloc-256ppc-8n8s4t"

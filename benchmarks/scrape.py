@@ -1,7 +1,7 @@
 """What the per-CPU isolation collectors add to a ``/metrics`` scrape, on this machine and on 1,024 CPUs.
 
 ``python benchmarks/scrape.py [RUNS]`` builds the daemon's registry twice per
-machine, without and with :class:`deviceplugin.cpumetrics.CpuCollector`, and
+machine, without and with :class:`deviceplugin.observe.cpumetrics.CpuCollector`, and
 times ``generate_latest`` (what the HTTP handler runs per scrape), pod
 resources read from the kubelet stand-in over a real socket in both. It prints
 median and p90 milliseconds, series and bytes side by side and the ratio. The
@@ -24,13 +24,13 @@ from prometheus_client import generate_latest
 
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from benchmarks.timing import samples_ms
-from deviceplugin.cpumetrics import CpuCollector
-from deviceplugin.cpustats import places
-from deviceplugin.devices import device_tree
-from deviceplugin.kubelet import Kubelet
-from deviceplugin.metrics import Metrics, PoolCollector
-from deviceplugin.plan import PlanOptions, plan_pools
-from deviceplugin.sysfs import discover
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.cpustats import places
+from deviceplugin.model.devices import device_tree
+from deviceplugin.model.plan import PlanOptions, plan_pools
+from deviceplugin.observe.cpumetrics import CpuCollector
+from deviceplugin.observe.metrics import Metrics, PoolCollector
+from deviceplugin.standin import Kubelet
 from tests.procfs_counters import Known, write_counters
 
 SYNTHETIC = (4, 2, 64, 2)  # sockets, nodes per socket, cores per node, threads per core

@@ -1,7 +1,7 @@
 """The supervisor: plans the pools once, serves each as a device plugin, and reacts to events.
 
 Like Intel's device plugin framework, the concrete part produces a snapshot
-device tree (:func:`deviceplugin.devices.device_tree`) and the supervisor
+device tree (:func:`deviceplugin.model.devices.device_tree`) and the supervisor
 diffs it against what it serves. The set of resources is fixed by the plan
 made at start (device IDs must not move under the kubelet's checkpoint), so
 later snapshots differ only in health: the supervisor pushes them to the
@@ -34,16 +34,16 @@ from api.constants import (
     validate_device_id,
     validate_resource_name,
 )
-from deviceplugin import cdi
-from deviceplugin.cmd_install import DEFAULT_INSTALL_DIR
-from deviceplugin.devices import DeviceTree, device_tree, health_changes
 from deviceplugin.errors import CmkError
 from deviceplugin.events import Events
-from deviceplugin.plan import PlanOptions, PoolPlan, plan_pools
-from deviceplugin.registration import Registrar, Registration, socket_identity
-from deviceplugin.server import PoolServer, Preference, options_message
-from deviceplugin.sysfs import discover
-from deviceplugin.watcher import PluginDirWatcher, cpu_watcher
+from deviceplugin.host import cdi
+from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.sysfs import discover
+from deviceplugin.host.watchers import PluginDirWatcher, cpu_watcher
+from deviceplugin.kubelet.registration import Registrar, Registration, socket_identity
+from deviceplugin.kubelet.server import PoolServer, Preference, options_message
+from deviceplugin.model.devices import DeviceTree, device_tree, health_changes
+from deviceplugin.model.plan import PlanOptions, PoolPlan, plan_pools
 from pinner.cpulist import format_cpu_list
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class Daemon:
     def __init__(self, settings: DaemonSettings, *, prefer: Preference | None = None,
                  events: Events | None = None) -> None:
         if prefer is None:
-            from deviceplugin.policy import preferred_allocation
+            from deviceplugin.model.policy import preferred_allocation
 
             prefer = preferred_allocation
         self.settings = settings
@@ -158,21 +158,15 @@ class Daemon:
 
     # --- CDI ------------------------------------------------------------------------------
 
-    def cdi_devices(self, resource: str) -> tuple[str, ...]:
-        """What the pool's Allocate answers name: its CDI device, or nothing with CDI off."""
-        if self.settings.cdi_dir is None:
-            return ()
-        return (cdi.device_name(self.tree[resource].pool.value),)
-
     def _write_cdi_spec(self) -> None:
+        """One CDI device per core and per slot pool: the plan fixes them, so hotplug never rewrites it."""
         if self.settings.cdi_dir is None:
             return
-        spec = cdi.build_spec([devices.pool.value for devices in self.tree.values()],
-                              cdi.hook_path(self.settings.install_dir))
+        spec = cdi.build_spec(cdi.spec_devices(self.tree), cdi.hook_path(self.settings.install_dir))
         path = cdi.write_spec(spec, self.settings.cdi_dir)
         self._cdi_written = True
-        log.info("CDI spec %s: devices %s, hook %s", path, ", ".join(d["name"] for d in spec["devices"]),
-                 cdi.hook_path(self.settings.install_dir))
+        log.info("CDI spec %s: %d devices (%s), hook %s", path, len(spec["devices"]),
+                 ", ".join(d["name"] for d in spec["devices"]), cdi.hook_path(self.settings.install_dir))
 
     def _remove_cdi_spec(self) -> None:
         if self.settings.cdi_dir is None or not self._cdi_written:
@@ -192,7 +186,7 @@ class Daemon:
         for resource, devices in self.tree.items():
             server = PoolServer(devices, socket_path=self.settings.kubelet_dir / socket_name(resource),
                                 install_dir=self.settings.install_dir, prefer=self._prefer,
-                                cdi_devices=self.cdi_devices(resource), events=self.events)
+                                cdi=self.settings.cdi_dir is not None, events=self.events)
             server.start()
             self._servers[resource] = server
             registrations.append(Registration(resource, server.socket_path.name, options_message(devices)))

@@ -30,15 +30,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from deviceplugin import demo_view as view
-from deviceplugin.answers import ENV_NAMES
-from deviceplugin.cmd_install import built_pinner, install_pinner
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.errors import CmkError
-from deviceplugin.kubelet import AdmittedContainer, ContainerSpec, Kubelet, PodSpec
-from deviceplugin.plan import PlanOptions, Pool
-from deviceplugin.sysfs import discover
-from deviceplugin.topology import Topology
+from deviceplugin.host.install import built_pinner, install_pinner
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.answers import ENV_NAMES
+from deviceplugin.model.plan import PlanOptions, Pool
+from deviceplugin.model.topology import Topology
+from deviceplugin.standin import AdmittedContainer, ContainerSpec, Kubelet, PodSpec
+from deviceplugin.view import demo as view
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from pinner.isolate import EXIT_NOT_ALLOWED
 

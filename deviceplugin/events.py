@@ -2,7 +2,7 @@
 
 One seam for both outputs, so a log line and a metric can never disagree
 about what happened: the daemon, its servers and its registrar call
-:meth:`Events.emit`; the log formatter (:mod:`deviceplugin.logfmt`) renders
+:meth:`Events.emit`; the log formatter (:mod:`deviceplugin.observe.logs`) renders
 the event name and fields as ``key=value`` or JSON; listeners (the metrics)
 count and time from the same fields.
 

@@ -1,34 +1,4 @@
-"""A kubelet stand-in (device manager, registration, pod resources) for ``cmk demo`` and the protocol tests.
+"""Our side of the kubelet protocol: the device-plugin servers, registration, the pod resources client.
 
-It behaves as ``docs/kubelet-contract.md`` says a real kubelet does, and is
-never more lenient, so a plugin that passes against it passes against a
-kubelet. Import the pieces from here.
+The kubelet stand-in that tests and the demo run against is :mod:`deviceplugin.standin`.
 """
-
-from deviceplugin.kubelet.answers import Conflict, ContainerAnswer, DeviceNode, Mount
-from deviceplugin.kubelet.nodedevices import Device
-from deviceplugin.kubelet.plugin_client import PluginOptions
-from deviceplugin.kubelet.pods import (
-    AdmissionError,
-    AdmittedContainer,
-    AdmittedPod,
-    ContainerSpec,
-    PodSpec,
-)
-from deviceplugin.kubelet.standin import Kubelet, Registration
-
-__all__ = [
-    "AdmissionError",
-    "AdmittedContainer",
-    "AdmittedPod",
-    "Conflict",
-    "ContainerAnswer",
-    "ContainerSpec",
-    "Device",
-    "DeviceNode",
-    "Kubelet",
-    "Mount",
-    "PluginOptions",
-    "PodSpec",
-    "Registration",
-]

@@ -1,86 +1,96 @@
-"""The kubelet's pod resources API v1 over the stand-in's state: what `cmk describe` reads on a node.
+"""Which container holds which devices: the one module that asks the kubelet's pod resources API.
 
-Shapes follow the kubelet: ``List`` gives one ``ContainerDevices`` per
-resource and NUMA node (a device on two nodes is listed under both, a device
-without topology in an entry without topology); ``GetAllocatableResources``
-gives one entry per healthy device and node. ``cpu_ids`` stay empty: with
-CPU manager policy ``none`` the kubelet pins nothing itself.
+The kubelet never tells a plugin that devices were freed, so the plugin
+keeps no record of assignments; the kubelet's checkpoint is the record, and
+pod resources ``List`` is how to read it. ``GetAllocatableResources`` adds
+the kubelet's view of health (its healthy devices per resource).
+
+:func:`read_assignments` returns plain values
+(:class:`deviceplugin.model.assignments.Assignments`) or
+raises :class:`Unavailable` with a one-line reason, so callers (``cmk
+describe``, the metrics, the allocation log) decide what "away" means for
+them without touching gRPC.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
 
 import grpc
 
 from api.podresources.v1 import podresources_pb2 as pb
 from api.podresources.v1 import podresources_pb2_grpc as pb_grpc
-from deviceplugin.kubelet.nodedevices import Device
-from deviceplugin.kubelet.pods import AdmittedPod
+from deviceplugin.model.assignments import Assignments, Holding
 
-_NO_TOPOLOGY = -1
-
-
-def _topology(node: int) -> pb.TopologyInfo | None:
-    return None if node == _NO_TOPOLOGY else pb.TopologyInfo(nodes=[pb.NUMANode(ID=node)])
+#: Long enough for a busy kubelet on a big node, short enough for a Prometheus scrape (10 s default).
+DEFAULT_TIMEOUT = 2.0
 
 
-def container_devices(resource: str, devices: Iterable[Device]) -> list[pb.ContainerDevices]:
-    """Group one container's devices of one resource per NUMA node, as ``getContainerDevices`` does."""
-    by_node: dict[int, list[str]] = {}
-    for device in devices:
-        for node in device.numa_nodes or (_NO_TOPOLOGY,):
-            by_node.setdefault(node, []).append(device.id)
-    return [
-        pb.ContainerDevices(resource_name=resource, device_ids=ids, topology=_topology(node))
-        for node, ids in sorted(by_node.items())
-    ]
+class Unavailable(Exception):
+    """The pod resources API could not be read; ``str()`` says why in one line."""
 
 
-def pod_resources(pod: AdmittedPod) -> pb.PodResources:
-    return pb.PodResources(
-        name=pod.name,
-        namespace=pod.namespace,
-        containers=[
-            pb.ContainerResources(
-                name=c.name,
-                devices=[entry for r, ds in sorted(c.devices.items()) for entry in container_devices(r, ds)],
-            )
-            for c in pod.app_containers
-        ],
-    )
+def holdings_from(response: pb.ListPodResourcesResponse, resources: Iterable[str] | None = None) -> tuple[Holding, ...]:
+    """Pure: List's one-entry-per-resource-and-NUMA-node shape folded into one Holding per container and resource."""
+    wanted = None if resources is None else set(resources)
+    holdings = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            ids: dict[str, dict[str, None]] = {}
+            for entry in container.devices:
+                if wanted is None or entry.resource_name in wanted:
+                    ids.setdefault(entry.resource_name, {}).update(dict.fromkeys(entry.device_ids))
+            holdings += [Holding(pod.namespace, pod.name, container.name, resource, tuple(device_ids))
+                         for resource, device_ids in sorted(ids.items())]
+    return tuple(holdings)
 
 
-def allocatable_devices(healthy: dict[str, list[Device]]) -> list[pb.ContainerDevices]:
-    """One entry per healthy device and NUMA node, as ``containerDevicesFromResourceDeviceInstances`` does."""
-    return [
-        pb.ContainerDevices(resource_name=resource, device_ids=[device.id], topology=_topology(node))
-        for resource, devices in sorted(healthy.items())
-        for device in sorted(devices, key=lambda d: d.id)
-        for node in device.numa_nodes or (_NO_TOPOLOGY,)
-    ]
+def allocatable_from(response: pb.AllocatableResourcesResponse) -> dict[str, frozenset[str]]:
+    allocatable: dict[str, set[str]] = {}
+    for entry in response.devices:
+        allocatable.setdefault(entry.resource_name, set()).update(entry.device_ids)
+    return {resource: frozenset(ids) for resource, ids in allocatable.items()}
 
 
-class PodResourcesServicer(pb_grpc.PodResourcesListerServicer):
-    """Reads the stand-in through two callables, so it holds no state of its own."""
+def _check_socket(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise Unavailable(f"no socket at {path} (is the kubelet running, and the directory mounted?)") from None
+    except OSError as err:
+        raise Unavailable(f"cannot use {path}: {err.strerror}") from None
+    if not stat.S_ISSOCK(mode):
+        raise Unavailable(f"{path} is not a unix socket")
 
-    def __init__(self, pods: Callable[[], list[AdmittedPod]], healthy: Callable[[], dict[str, list[Device]]]) -> None:
-        self._pods = pods
-        self._healthy = healthy
 
-    def List(self, request: pb.ListPodResourcesRequest, context: grpc.ServicerContext) -> pb.ListPodResourcesResponse:
-        return pb.ListPodResourcesResponse(pod_resources=[pod_resources(p) for p in self._pods()])
+def _reason(err: grpc.RpcError, path: Path, timeout: float) -> str:
+    if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"no answer from {path} within {timeout:g} s"
+    return f"{path}: {err.code().name}: {err.details()}"
 
-    def GetAllocatableResources(
-        self, request: pb.AllocatableResourcesRequest, context: grpc.ServicerContext
-    ) -> pb.AllocatableResourcesResponse:
-        return pb.AllocatableResourcesResponse(devices=allocatable_devices(self._healthy()))
 
-    def Get(self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext) -> pb.GetPodResourcesResponse:
-        for pod in self._pods():
-            if pod.name == request.pod_name and pod.namespace == request.pod_namespace:
-                return pb.GetPodResourcesResponse(pod_resources=pod_resources(pod))
-        context.abort(
-            grpc.StatusCode.NOT_FOUND, f"pod {request.pod_name} in namespace {request.pod_namespace} not found"
-        )
-        raise AssertionError("context.abort raises")
+def read_assignments(socket: Path, *, resources: Iterable[str] | None = None, allocatable: bool = True,
+                     timeout: float = DEFAULT_TIMEOUT) -> Assignments:
+    """List (and GetAllocatableResources unless told not to) within ``timeout`` seconds each."""
+    _check_socket(socket)
+    with grpc.insecure_channel(f"unix:{socket}") as channel:
+        stub = pb_grpc.PodResourcesListerStub(channel)
+        try:
+            holdings = holdings_from(stub.List(pb.ListPodResourcesRequest(), timeout=timeout), resources)
+        except grpc.RpcError as err:
+            raise Unavailable(_reason(err, socket, timeout)) from None
+        healthy = None
+        if allocatable:
+            try:
+                healthy = allocatable_from(stub.GetAllocatableResources(pb.AllocatableResourcesRequest(),
+                                                                        timeout=timeout))
+            except grpc.RpcError as err:  # older kubelets or a disabled feature gate: List alone still helps
+                if err.code() not in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED):
+                    raise Unavailable(_reason(err, socket, timeout)) from None
+    if healthy is not None and resources is not None:
+        wanted = set(resources)
+        healthy = {r: ids for r, ids in healthy.items() if r in wanted}
+    return Assignments(holdings, healthy)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deviceplugin.cpustats import DEVICE, LOCAL
-from deviceplugin.procstats import read_sample
-from deviceplugin.sysfs import discover
+from deviceplugin.host.procstats import read_sample
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.cpustats import DEVICE, LOCAL
 from tests.e2e.podman import run
 
 FILES = ("stat", "interrupts", "softirqs")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.cmd_install import install_pinner
 from deviceplugin.errors import CmkError
+from deviceplugin.host.install import install_pinner
 from pinner.isolate import HELP
 from tests.pinner.conftest import ROOT
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.kubelet import Kubelet
+from deviceplugin.standin import Kubelet
 
 
 @pytest.fixture

@@ -3,20 +3,16 @@ socket, procfs copies with known counters, this machine's /proc, and promtool's 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
-from urllib.request import urlopen
 
-import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from deviceplugin.cpumetrics import CpuCollector
-from deviceplugin.cpustats import places
-from deviceplugin.kubelet import Kubelet
-from deviceplugin.metrics import Metrics, PoolCollector
-from deviceplugin.sysfs import discover
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.cpustats import places
+from deviceplugin.observe.cpumetrics import CpuCollector
+from deviceplugin.observe.metrics import Metrics, PoolCollector
+from deviceplugin.standin import Kubelet
 from tests.procfs_counters import Known, write_counters
 from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
     EXCLUSIVE,
@@ -28,10 +24,10 @@ from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixtu
     three_pool_pod,
     wait_registered,
 )
+from tests.protocol.test_metrics_lint import exposition, lint
 from tests.protocol.test_observe import Logs, scrape
 from tests.topologies import fixture_copy
 
-PROMTOOL = shutil.which("promtool")  # Debian's prometheus package; .ci/install-system-packages installs it
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
@@ -50,13 +46,6 @@ def per_cpu(samples: Samples, name: str, **labels: str) -> dict[int, float]:
     return out
 
 
-def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
-    if PROMTOOL is None:
-        pytest.fail("promtool is missing: apt-get install prometheus (or run .ci/install-system-packages)")
-    return subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True,
-                          timeout=30, check=False)
-
-
 IDLE = {cpu: Known(user=100, system=50, idle=1000, timer_irqs=500) for cpu in range(16)}
 
 
@@ -72,8 +61,7 @@ def test_counters_labels_holdings_and_leaks_follow_procfs_and_the_kubelet(kubele
     registry = Metrics(collector, daemon.tree).registry
 
     text = generate_latest(registry).decode()
-    lint = promtool_check(text)
-    assert (lint.returncode, lint.stdout + lint.stderr) == (0, "")
+    lint(text)
     samples = parse(text)
     assert samples[("cmk_cpu_stats_up", frozenset())] == 1
     key = ("cmk_cpu_busy_seconds_total", frozenset({"cpu": "1", "pool": "exclusive", "numa_node": "0",
@@ -125,10 +113,7 @@ def test_the_daemon_on_this_machine_exposes_every_online_cpu_and_promtool_accept
     logs = Logs(process)
     try:
         address = logs.wait_for("metrics_serving")["address"]
-        with urlopen(f"http://{address}/metrics", timeout=10) as reply:
-            text = reply.read().decode()
-        lint = promtool_check(text)
-        assert (lint.returncode, lint.stdout + lint.stderr) == (0, "")
+        lint(exposition(address))
         samples = scrape(address)
         assert samples[("cmk_cpu_stats_up", frozenset())] == 1
         assert set(per_cpu(samples, "cmk_cpu_busy_seconds_total")) == online

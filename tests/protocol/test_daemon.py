@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.daemon import Daemon, DaemonSettings
-from deviceplugin.kubelet import AdmissionError, ContainerSpec, Kubelet, PodSpec
-from deviceplugin.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
-from deviceplugin.sysfs import discover
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
+from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.topologies import FIXTURES, fixture_copy, set_online
 
@@ -422,8 +422,8 @@ def test_running_out_of_inotify_instances_is_one_error_and_nothing_left_served(p
     kernel would make it fail (EMFILE), and the daemon must turn that into one CmkError and clean up."""
     import errno
 
-    from deviceplugin import watcher
     from deviceplugin.errors import CmkError
+    from deviceplugin.host import watchers as watcher
 
     def no_instances(self):
         raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))

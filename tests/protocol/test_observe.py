@@ -24,8 +24,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.v1beta1 import deviceplugin_pb2 as pb
-from deviceplugin.kubelet import ContainerSpec, Kubelet, PodSpec
-from deviceplugin.plan import Mode, Pool
+from deviceplugin.model.plan import Mode, Pool
+from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import format_cpu_list
 from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
     EXCLUSIVE,

@@ -22,7 +22,7 @@ import pytest
 
 from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
 from deviceplugin.daemon import socket_name
-from deviceplugin.plan import RESOURCE_NAMES, Pool
+from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 
 SERVED = ("exclusive", "shared", "infra")
 
@@ -114,8 +114,8 @@ def test_the_probe_does_not_replan_so_an_offline_core_cannot_fail_it(plugin_dir,
     and the daemon reports the core Unhealthy instead.
     """
     from deviceplugin.daemon import Daemon, DaemonSettings
-    from deviceplugin.plan import PlanError, PlanOptions, plan_pools
-    from deviceplugin.sysfs import discover
+    from deviceplugin.host.sysfs import discover
+    from deviceplugin.model.plan import PlanError, PlanOptions, plan_pools
     from tests.topologies import fixture_copy, set_online
 
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)

@@ -27,7 +27,7 @@ from api.podresources.v1 import podresources_pb2 as pr
 from api.podresources.v1 import podresources_pb2_grpc as pr_grpc
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.kubelet import AdmissionError, ContainerSpec, Kubelet, PodSpec
+from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 
 R = "example.com/cores"
 DeviceRow = tuple[str, str, tuple[int, ...]]
@@ -527,7 +527,7 @@ def test_pod_resources_list_devices_per_numa_node_and_allocatable_healthy_ones(
 
 def test_command_line_serves_logs_registration_and_capacity_and_stops_on_sigterm(plugin_dir: Path) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "deviceplugin.kubelet", "--plugin-dir", str(plugin_dir)],
+        [sys.executable, "-m", "deviceplugin.standin", "--plugin-dir", str(plugin_dir)],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -558,7 +558,7 @@ def test_command_line_bad_plugin_dir_is_one_line_without_traceback(plugin_dir: P
     blocker = plugin_dir / "a-file"
     blocker.write_text("")
     result = subprocess.run(
-        [sys.executable, "-m", "deviceplugin.kubelet", "--plugin-dir", str(blocker / "sub")],
+        [sys.executable, "-m", "deviceplugin.standin", "--plugin-dir", str(blocker / "sub")],
         capture_output=True,
         text=True,
         timeout=30,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.watcher import (
+from deviceplugin.host.watchers import (
     NETLINK_KOBJECT_UEVENT,
     UEVENT_KERNEL_GROUP,
     PluginDirWatcher,
@@ -32,7 +32,7 @@ def test_flipping_cpu_online_in_a_dump_copy_is_seen(tmp_path):
 
 def test_reading_sysfs_files_does_not_wake_the_cpu_watcher(tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
-    from deviceplugin.sysfs import discover
+    from deviceplugin.host.sysfs import discover
 
     seen = threading.Event()
     watcher = cpu_watcher(sysfs, seen.set)
@@ -93,7 +93,7 @@ def test_a_cpu_uevent_on_the_kernel_netlink_group_reaches_the_watcher():
 WATCH_IN_NETNS = """
 import sys, threading
 from pathlib import Path
-from deviceplugin.watcher import cpu_watcher
+from deviceplugin.host.watchers import cpu_watcher
 seen = threading.Event()
 watcher = cpu_watcher(Path("/sys"), seen.set)
 watcher.start()

@@ -1,15 +1,13 @@
-"""deploy/prometheus's isolation alert and per-pool recording rules, run by promtool on series with known values.
+"""deploy/prometheus/isolation-rules.yaml beyond what test_prometheus_rules checks of every rules file.
 
-The test file must pass as shipped and fail once a rule's threshold is broken, so it
-cannot pass by asserting nothing; every series the rules read must be one the daemon exports.
+Its promtool cases must fail once a rule's threshold or aggregation is broken, so they
+cannot pass by asserting nothing, and every series the rules read must be one the daemon exports.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
@@ -17,25 +15,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from deviceplugin.cpumetrics import CpuCollector
-from deviceplugin.cpustats import Place
+from deviceplugin.model.cpustats import Place
+from deviceplugin.observe.cpumetrics import CpuCollector
 from tests.procfs_counters import Known, write_counters
-
-RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
-
-
-def promtool(*args: str, cwd: Path = RULES) -> subprocess.CompletedProcess[str]:
-    tool = shutil.which("promtool")
-    if tool is None:
-        pytest.fail("promtool is missing: apt-get install prometheus (or run .ci/install-system-packages)")
-    return subprocess.run([tool, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
-
-
-def test_isolation_rules_load_and_their_tests_pass():
-    checked = promtool("check", "rules", "isolation-rules.yaml")
-    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
-    tested = promtool("test", "rules", "isolation-rules.test.yaml")
-    assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
+from tests.unit.test_prometheus_rules import PROMETHEUS as RULES
+from tests.unit.test_prometheus_rules import promtool
 
 
 @pytest.mark.parametrize(("rule", "broken"), [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deviceplugin.cmdline import (
+from deviceplugin.model.bootparams import (
     BootCpuSettings,
     parse_cmdline,
     parse_isolcpus,

@@ -6,9 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.commands import build_parser
-from deviceplugin.config import ConfigError, apply_config, load_config, parse_config
-from deviceplugin.plan import DEFAULT_SLOTS, Mode
+from deviceplugin.cli.commands import build_parser
+from deviceplugin.cli.configfile import (
+    ConfigError,
+    apply_config,
+    load_config,
+    parse_config,
+)
+from deviceplugin.model.plan import DEFAULT_SLOTS, Mode
 
 
 def parse(argv, config_text=None, tmp_path=None):

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.cpustats import (
+from deviceplugin.host.procstats import read_sample, sample_window
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.cpustats import (
     DEVICE,
     LOCAL,
     CpuTimes,
@@ -24,11 +26,9 @@ from deviceplugin.cpustats import (
     softirq_kinds,
     unheld_busy,
 )
-from deviceplugin.devices import device_tree
-from deviceplugin.plan import PlanOptions, plan_pools
-from deviceplugin.procstats import read_sample, sample_window
-from deviceplugin.sysfs import discover
-from deviceplugin.usage import render_usage, usage_data
+from deviceplugin.model.devices import device_tree
+from deviceplugin.model.plan import PlanOptions, plan_pools
+from deviceplugin.view.usage import render_usage, usage_data
 from tests.procfs_counters import Known, write_counters
 from tests.topologies import fixture_copy
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from deviceplugin.demo_view import (
+from deviceplugin.model.plan import PlanOptions, Pool, plan_pools
+from deviceplugin.model.topology import build_topology
+from deviceplugin.view.demo import (
     affinity_text,
     demo_containers,
     free_line,
@@ -13,8 +15,6 @@ from deviceplugin.demo_view import (
     plan_summary,
     unpinnable_reason,
 )
-from deviceplugin.plan import PlanOptions, Pool, plan_pools
-from deviceplugin.topology import build_topology
 
 TWO_CPUS = build_topology([(0,), (1,)])  # this CI machine: 2 CPUs, no isolcpus
 XEON_D = build_topology([(i, i + 8) for i in range(8)], isolated=(0, 1, 2, 3, 8, 9, 10, 11))

@@ -8,14 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.constants import validate_device_id
-from deviceplugin.devices import (
+from deviceplugin.model.devices import (
     core_device_id,
     device_tree,
     health_changes,
     slot_device_ids,
 )
-from deviceplugin.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
-from deviceplugin.topology import build_topology
+from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
+from deviceplugin.model.topology import build_topology
 
 CDI_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*\Z")
 

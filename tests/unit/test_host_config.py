@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.errors import CmkError
-from deviceplugin.hostconfig import (
+from deviceplugin.model.hostsettings import (
     HostOptions,
     host_config,
     host_config_data,
     render_text,
 )
-from deviceplugin.plan import PlanOptions, Pool
-from deviceplugin.topology import build_topology
+from deviceplugin.model.plan import PlanOptions, Pool
+from deviceplugin.model.topology import build_topology
 from pinner.cpulist import parse_cpu_list
 from tests.topologies import fixture_copy
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from deviceplugin.kubelet.answers import ContainerAnswer, Mount, merge_answers
-from deviceplugin.kubelet.nodedevices import Device, NodeDevices
-from deviceplugin.kubelet.pods import (
+from deviceplugin.standin.answers import ContainerAnswer, Mount, merge_answers
+from deviceplugin.standin.nodedevices import Device, NodeDevices
+from deviceplugin.standin.pods import (
     AdmissionError,
     ContainerSpec,
     PodSpec,

@@ -10,21 +10,22 @@ import logging
 import pytest
 
 from api.podresources.v1 import podresources_pb2 as pb
-from deviceplugin.assignments import (
-    Assignments,
-    Holding,
-    allocatable_from,
-    holdings_from,
-)
-from deviceplugin.devices import device_tree
+from deviceplugin.cli.flags import parse_address
 from deviceplugin.errors import CmkError
 from deviceplugin.events import Events
-from deviceplugin.live import live_data, render_live
-from deviceplugin.logfmt import JsonFormatter, KeyValueFormatter, configure
-from deviceplugin.nfd import FEATURE_FILE, check_label, feature_labels, write_features
-from deviceplugin.options import parse_address
-from deviceplugin.plan import PlanOptions, Pool, plan_pools
-from deviceplugin.sysfs import discover
+from deviceplugin.host.nfd import (
+    FEATURE_FILE,
+    check_label,
+    feature_labels,
+    write_features,
+)
+from deviceplugin.host.sysfs import discover
+from deviceplugin.kubelet.podresources import allocatable_from, holdings_from
+from deviceplugin.model.assignments import Assignments, Holding
+from deviceplugin.model.devices import device_tree
+from deviceplugin.model.plan import PlanOptions, Pool, plan_pools
+from deviceplugin.observe.logs import JsonFormatter, KeyValueFormatter, configure
+from deviceplugin.view.live import live_data, render_live
 from tests.topologies import FIXTURES
 
 XEON_D = discover(FIXTURES / "cmk-xeon_d/sys", FIXTURES / "cmk-xeon_d/proc")  # isolcpus=0-3,8-11
@@ -197,8 +198,8 @@ def test_an_allocation_spends_a_look_up_only_when_its_own_turn_came():
     """A round made for a newer allocation must not use up an older one's attempts early."""
     from pathlib import Path
 
-    from deviceplugin.assignments import Holding
-    from deviceplugin.resolve import AllocationResolver
+    from deviceplugin.model.assignments import Holding
+    from deviceplugin.observe.resolver import AllocationResolver
 
     seen: list[tuple[str, dict]] = []
     events = Events()

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deviceplugin.plan import Mode, PlanError, PlanOptions, Pool, plan_pools
-from deviceplugin.topology import build_topology
+from deviceplugin.model.plan import Mode, PlanError, PlanOptions, Pool, plan_pools
+from deviceplugin.model.topology import build_topology
 
 
 def cores_of(plan, pool: Pool) -> list[set[int]]:

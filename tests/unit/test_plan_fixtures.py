@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deviceplugin.plan import Mode, PlanOptions, Pool, plan_pools
-from deviceplugin.sysfs import discover
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.plan import Mode, PlanOptions, Pool, plan_pools
 from pinner.cpulist import format_cpu_list
 from tests.topologies import FIXTURES, fixture_copy
 

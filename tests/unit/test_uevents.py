@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deviceplugin.watcher import cpu_uevent
+from deviceplugin.host.watchers import cpu_uevent
 
 
 def kernel_message(action: str, devpath: str) -> bytes:

@@ -1,0 +1,57 @@
+"""Subcommands of ``cmk`` (all but ``isolate``, which ``cli`` dispatches first).
+
+Each subcommand is a module with ``add_arguments(parser)`` and ``run(args) -> int``,
+imported only when chosen so one command's dependencies never slow another.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import NoReturn
+
+from deviceplugin import __version__
+from deviceplugin.errors import CmkError
+
+# name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "describe": ("deviceplugin.cli.describe", "show the CPU topology and the pool plan"),
+    "demo": ("deviceplugin.cli.demo", "run the seed pod on this machine with no cluster: daemon, kubelet stand-in, pinned processes"),
+    "host-config": ("deviceplugin.cli.host_config",
+                    "print the kernel, kubelet and systemd settings the node needs for the pools"),
+    "probe": ("deviceplugin.cli.probe", "exit 0 when every planned pool answers on its device-plugin socket"),
+    "device-plugin": ("deviceplugin.cli.device_plugin", "serve the pools to the kubelet (the node daemon)"),
+    "install": ("deviceplugin.cli.install", "install the self-contained pinner into the host's install directory"),
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line naming the fix, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="cmk", description="CPU pools as kubelet device plugins.")
+    parser.add_argument("--version", action="version", version=f"cmk {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    sub.required = True
+    sub.add_parser("isolate", help="run a command pinned to a pool's CPUs (CMK-compatible)")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(sub_parser)
+        sub_parser.set_defaults(_module=module)
+    return parser
+
+
+def run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return importlib.import_module(args._module).run(args)
+    except CmkError as err:
+        print(f"cmk {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,79 @@
+"""``cmk demo``: the seed walkthrough on this machine, no cluster: daemon, kubelet stand-in, a pinned pod.
+
+Takes ``cmk describe``'s flags, so ``--sysfs-root``/``--procfs-root`` and the
+plan flags show another machine's pools (its CPUs cannot be pinned here:
+the demo says so and runs the containers unpinned).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from deviceplugin.cli.flags import add_plan_arguments, add_root_arguments, plan_options
+
+
+class Terminated(Exception):
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, so everything started is stopped and removed."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, e.g. 30, got {text!r}") from None
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 86400 seconds, got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_root_arguments(parser)
+    add_plan_arguments(parser)
+    group = parser.add_argument_group("demo")
+    group.add_argument("--hold", type=_seconds, default=0.0, metavar="SECONDS",
+                       help="keep the pod's processes running this long before deleting the pod, to "
+                            "inspect them (e.g. taskset -cp PID); Enter goes on early (default: 0)")
+    group.add_argument("--log-level", default="ERROR", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                       help="log threshold of the daemon and the stand-in, on stderr (default: ERROR)")
+
+
+def _raise_terminated(signum: int, _frame: FrameType | None) -> None:
+    raise Terminated(signum)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    # gRPC's C core logs connection teardown at INFO when Ctrl-C cuts a registration short.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    from deviceplugin.demo import Demo, DemoSettings
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = DemoSettings(sysfs_root=Path(args.sysfs_root), procfs_root=Path(args.procfs_root),
+                            plan=plan_options(args), hold=args.hold, stdin=sys.stdin)
+
+    def write(line: str) -> None:
+        print(line, flush=True)  # line by line: a reader (a test, a pipe) sees each step as it happens
+
+    previous = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        Demo(settings, write).run()
+    except KeyboardInterrupt:
+        print("cmk demo: interrupted; everything it started is stopped and removed", file=sys.stderr)
+        return 130
+    except Terminated as stop:
+        print(f"cmk demo: {stop}; everything it started is stopped and removed", file=sys.stderr)
+        return 128 + stop.signum
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 0

@@ -1,0 +1,55 @@
+"""``cmk host-config``: print what this node (or a dump) needs outside Kubernetes for the pools."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from deviceplugin.cli.flags import (
+    _slots,
+    add_plan_arguments,
+    add_root_arguments,
+    plan_options,
+)
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.hostsettings import (
+    RUNTIMES,
+    HostOptions,
+    host_config,
+    host_config_data,
+    render_text,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_root_arguments(parser)
+    add_plan_arguments(parser)
+    group = parser.add_argument_group("host settings")
+    group.add_argument("--nohz-full", action="store_true",
+                       help="also print nohz_full= for the isolated CPUs (tickless; needs a NO_HZ_FULL kernel)")
+    group.add_argument("--rcu-nocbs", action="store_true",
+                       help="also print rcu_nocbs= for the isolated CPUs (RCU callbacks off them)")
+    group.add_argument("--irqaffinity", action="store_true",
+                       help="also print irqaffinity= for the infra CPUs (default IRQ placement)")
+    group.add_argument("--reserved-cores", type=_slots, default=1, metavar="N",
+                       help="infra cores the kubelet reserves for the host (reservedSystemCPUs; default: 1)")
+    group.add_argument("--runtime", dest="runtimes", action="append", choices=list(RUNTIMES),
+                       help="container runtime to write a drop-in for (repeatable; default: all)")
+    parser.add_argument("--output", "-o", choices=("text", "json"), default="text",
+                        help="output format (default: text)")
+
+
+def run(args: argparse.Namespace) -> int:
+    host = HostOptions(
+        nohz_full=args.nohz_full,
+        rcu_nocbs=args.rcu_nocbs,
+        irqaffinity=args.irqaffinity,
+        reserved_cores=args.reserved_cores,
+        runtimes=tuple(args.runtimes or RUNTIMES),
+    )
+    config = host_config(discover(args.sysfs_root, args.procfs_root), plan_options(args), host)
+    if args.output == "json":
+        print(json.dumps(host_config_data(config), indent=2))
+    else:
+        print(render_text(config), end="")
+    return 0

@@ -1,0 +1,79 @@
+"""``cmk probe``: exit 0 only when the daemon's device-plugin sockets answer.
+
+The DaemonSet's startup, readiness and liveness probe (an exec probe in the
+daemon's own container). It dials every socket the daemon names
+(``cmk-<resource>.sock``) that exists in the kubelet's device-plugin
+directory and calls ``GetDevicePluginOptions`` -- the very call the kubelet
+makes while registering a plugin -- and needs at least one. The kubelet
+deletes every plugin socket when it restarts, so sockets that answer also
+mean the daemon re-bound (and re-registered) after the last kubelet restart;
+a crashed daemon's leftover socket refuses, and hung servers miss the deadline.
+
+It does not plan the pools again. A plan made now can differ from the one
+the daemon serves: an isolated core whose CPUs went offline vanishes from
+the kernel's topology, so a re-plan would fail, the kubelet would restart a
+daemon that is rightly reporting those devices Unhealthy, and the restarted
+daemon would fail the same way: a crash loop taking every pool off the node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from api.constants import DEVICE_PLUGIN_DIR
+from deviceplugin.errors import CmkError
+from deviceplugin.model.plan import RESOURCE_NAMES
+
+
+def daemon_sockets(kubelet_dir: Path) -> list[Path]:
+    """The sockets of the pools the daemon serves: the ones of its names that exist."""
+    from deviceplugin.daemon import socket_name
+
+    paths = (kubelet_dir / socket_name(resource) for resource in RESOURCE_NAMES.values())
+    return [path for path in paths if path.exists() or path.is_symlink()]
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubelet-dir", type=Path, default=Path(DEVICE_PLUGIN_DIR), metavar="DIR",
+                        help=f"the kubelet's device-plugin directory (default: {DEVICE_PLUGIN_DIR})")
+    parser.add_argument("--timeout", type=_positive_seconds, default=2.0, metavar="SECONDS",
+                        help="deadline of each socket's GetDevicePluginOptions call (default: 2)")
+
+
+def _dial(path: Path, timeout: float) -> str | None:
+    """None if the plugin at ``path`` answers GetDevicePluginOptions, else why not."""
+    import grpc
+
+    from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
+
+    with grpc.insecure_channel(f"unix://{os.path.abspath(path)}") as channel:
+        try:
+            deviceplugin_pb2_grpc.DevicePluginStub(channel).GetDevicePluginOptions(
+                deviceplugin_pb2.Empty(), timeout=timeout, wait_for_ready=False)
+        except grpc.RpcError as err:
+            return f"{path} does not answer GetDevicePluginOptions ({err.code().name}: {err.details()})"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    sockets = daemon_sockets(args.kubelet_dir)
+    if not sockets:
+        raise CmkError(f"no cmk device-plugin socket in {args.kubelet_dir}: the daemon is not serving "
+                       "(see its log)")
+    failures = [problem for path in sockets if (problem := _dial(path, args.timeout))]
+    if failures:
+        raise CmkError("; ".join(failures) + " (see the daemon's log)")
+    print(f"ready: {', '.join(path.name for path in sockets)} answer in {args.kubelet_dir}")
+    return 0

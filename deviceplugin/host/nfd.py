@@ -1,0 +1,87 @@
+"""Node Feature Discovery labels: what the daemon found and serves, as an NFD ``features.d`` file.
+
+NFD's local source reads every file in ``features.d`` (one ``key=value``
+per line, ``#`` comments) and labels the node with them; files whose name
+starts with a dot are skipped, so the file is written as a dot-file and
+renamed into place: NFD never reads half a file. The daemon removes it on
+shutdown, so a node that stops serving CMK loses the labels at NFD's next
+pass.
+
+Labels (all in the ``cmk.intel.com/`` prefix; values are valid label values):
+
+- ``isolcpus``: ``true`` when the kernel isolates any CPU (``isolcpus=``)
+- ``sst-bf``, ``sst-cp``: ``true``/``false``, Intel SST base-frequency /
+  core-power differences were found and used to rank cores
+- ``exclusive-cores``, ``exclusive-non-isolcpus-cores``, ``shared-cores``,
+  ``infra-cores``: physical cores in each pool (``0`` when it is not served)
+- ``shared-slots``, ``infra-slots``: containers each slot pool admits at once
+- ``numa-nodes``: NUMA nodes on the node
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from deviceplugin.errors import CmkError
+from deviceplugin.host.atomic import write_atomically
+from deviceplugin.model.plan import CORE_POOLS, Pool, PoolPlan
+from deviceplugin.model.topology import Topology
+
+DEFAULT_FEATURES_DIR = Path("/etc/kubernetes/node-feature-discovery/features.d")
+FEATURE_FILE = "cmk.intel.com"
+PREFIX = "cmk.intel.com/"
+_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z")
+
+
+def check_label(key: str, value: str) -> None:
+    """ValueError unless ``key=value`` is a valid Kubernetes label in our prefix (a bug if it fails)."""
+    name = key.removeprefix(PREFIX)
+    if not key.startswith(PREFIX) or len(name) > 63 or not _NAME.match(name):
+        raise ValueError(f"label key {key!r} is not {PREFIX}<name of at most 63 [-A-Za-z0-9_.]>")
+    if len(value) > 63 or not _VALUE.match(value):
+        raise ValueError(f"label value {value!r} for {key} is not at most 63 [-A-Za-z0-9_.] starting/ending alnum")
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def feature_labels(topology: Topology, plan: PoolPlan) -> dict[str, str]:
+    """Label key -> value for this node's topology and plan. Pure."""
+    labels = {
+        "isolcpus": _bool(bool(topology.isolated)),
+        "sst-bf": _bool(plan.sst_bf),
+        "sst-cp": _bool(plan.sst_cp),
+        "numa-nodes": str(len(topology.numa_nodes)),
+    }
+    for pool in Pool:
+        labels[f"{pool}-cores"] = str(len(plan.pools[pool]))
+        if pool not in CORE_POOLS:
+            labels[f"{pool}-slots"] = str(plan.advertised(pool))
+    labeled = {PREFIX + key: value for key, value in labels.items()}
+    for key, value in labeled.items():
+        check_label(key, value)
+    return labeled
+
+
+def features_text(labels: Mapping[str, str]) -> str:
+    lines = ["# Written by cmk device-plugin; removed when it stops. Do not edit."]
+    return "\n".join([*lines, *(f"{key}={value}" for key, value in labels.items())]) + "\n"
+
+
+def write_features(directory: Path, labels: Mapping[str, str]) -> Path:
+    """Atomically (dot temp file, then rename) write the feature file; returns its path."""
+    path = directory / FEATURE_FILE
+    problem = f"cannot write NFD features to {directory} (use --nfd-features-dir DIR or --no-nfd)"
+    try:
+        write_atomically(path, features_text(labels).encode(), mode=0o644)
+    except OSError as err:
+        raise CmkError(f"{problem}: {err.strerror}") from None
+    return path
+
+
+def remove_features(path: Path) -> None:
+    path.unlink(missing_ok=True)

@@ -1,0 +1,309 @@
+"""Topology discovery: the one module that reads sysfs and procfs.
+
+Both roots are parameters so tests and ``--sysfs-root``/``--procfs-root``
+point discovery at a machine dump. The kernel's fallbacks are written as
+code, in the order the kernel's own history needs them:
+
+* online CPUs: ``cpu/online``; without it (or empty), each ``cpuN/online``
+  (``1``/``0``), and where that is missing or empty, a ``topology/`` folder
+  means online (cpu0 is often not hot-pluggable and has no ``online`` file;
+  offline CPUs often have no ``topology/`` folder).
+* every CPU: ``cpu/possible`` plus every ``cpuN`` folder plus the online
+  ones. ``cpu/offline`` is never read: it may list CPUs beyond ``possible``.
+* a core: ``core_cpus_list`` -> ``thread_siblings_list`` -> the hex masks
+  ``core_cpus`` -> ``thread_siblings``; cache and node CPU sets likewise
+  fall back from ``*_list``/``cpulist`` to the hex ``*_map``/``cpumap``.
+* ids (package, die, cluster, core) of ``-1`` mean "unknown" (POWER, s390,
+  arm64 without clusters) and become ``None``, as does a missing file and
+  an x86 ``cluster_id`` of 65535.
+* NUMA: no ``node/nodeN`` folder means one node 0 holding every online CPU;
+  a CPU listed by several nodes (broken firmware that makes every node list
+  every CPU) belongs to the lowest-numbered one; an online CPU no node
+  lists has node ``None``.
+* an online CPU without a ``topology/`` folder is a lone thread of unknown
+  placement; a core's siblings are its *online* threads.
+* caches: the first ``cache/indexN`` of level 2 and of level 3 that is not
+  an ``Instruction`` cache; no ``cache/`` folder or no such index means no
+  L2/L3 grouping (``None``); an empty sharing list (ia64 kernels write
+  ``00000000``) means the core's own cache, as hwloc reads it.
+* isolated CPUs: ``cpu/isolated`` plus ``isolcpus=`` on the command line
+  (whatever its flags); ``nohz_full``: ``cpu/nohz_full`` (``(null)`` means
+  none) plus ``nohz_full=``. A missing ``cmdline`` means no parameters.
+
+Anything other than a missing file (unreadable, a folder where a file should
+be, garbage) raises :class:`CmkError` naming the path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+
+from deviceplugin.errors import CmkError
+from deviceplugin.model.bootparams import BootCpuSettings, parse_cmdline
+from deviceplugin.model.topology import Cpu, Topology
+from pinner.cpulist import CpuListError, parse_cpu_list, parse_cpu_mask
+
+_CPU_DIR = re.compile(r"cpu(\d+)")
+_NODE_DIR = re.compile(r"node(\d+)")
+_CACHE_DIR = re.compile(r"index(\d+)")
+_X86_BAD_APICID = 0xFFFF
+_NO_CPUS = "(null)"  # what cpu/nohz_full reads when nohz_full is off
+_SIBLING_FILES = ("core_cpus_list", "thread_siblings_list", "core_cpus", "thread_siblings")
+_ROOT_HINT = "pass --sysfs-root the directory that holds devices/system/cpu"
+
+
+def discover(sysfs_root: Path = Path("/sys"), procfs_root: Path = Path("/proc")) -> Topology:
+    """Every possible CPU with its state and placement, plus the kernel's isolation settings."""
+    cpu_root = _system_dir(sysfs_root)
+    reader = _Reader()
+    dirs = _numbered_dirs(reader, cpu_root, _CPU_DIR)
+    online = _online_cpus(reader, cpu_root, dirs)
+    if not online:
+        raise CmkError(f"{cpu_root} shows no online CPU ({_ROOT_HINT})")
+    every = (reader.cpus(_join(cpu_root, "possible")) or frozenset()) | dirs.keys() | online
+    node_of = _node_of(reader, os.path.join(str(sysfs_root), "devices", "system", "node"), online)
+    cpus = {
+        cpu: (
+            _online_cpu(reader, cpu, dirs.get(cpu), node_of.get(cpu), online)
+            if cpu in online
+            else Cpu(id=cpu, online=False)
+        )
+        for cpu in every
+    }
+    boot = read_boot_settings(procfs_root)
+    isolated = (reader.cpus(_join(cpu_root, "isolated")) or frozenset()) | boot.isolcpus
+    nohz_full = (reader.cpus(_join(cpu_root, "nohz_full")) or frozenset()) | boot.nohz_full
+    return Topology(cpus=cpus, isolated=isolated, nohz_full=nohz_full)
+
+
+def read_boot_settings(procfs_root: Path) -> BootCpuSettings:
+    """``isolcpus=``/``nohz_full=`` from ``<procfs_root>/cmdline``.
+
+    A missing file means no boot parameters: machine dumps often lack it,
+    and ``cpu/isolated`` still carries the kernel's view of ``isolcpus``.
+    """
+    path = _join(str(procfs_root), "cmdline")
+    text = _Reader().text(path)
+    if text is None:
+        return BootCpuSettings()
+    try:
+        return parse_cmdline(text)
+    except CpuListError as error:
+        raise CmkError(f"{path}: {error}") from None
+
+
+def _join(directory: str, name: str) -> str:
+    return directory + "/" + name
+
+
+def _system_dir(sysfs_root: Path) -> str:
+    if not sysfs_root.is_dir():
+        raise CmkError(f"sysfs root {sysfs_root} does not exist ({_ROOT_HINT})")
+    path = sysfs_root / "devices" / "system" / "cpu"
+    if not path.is_dir():
+        raise CmkError(f"{path} does not exist: {sysfs_root} is not a sysfs root ({_ROOT_HINT})")
+    return str(path)
+
+
+def _numbered_dirs(reader: _Reader, parent: str, pattern: re.Pattern[str]) -> dict[int, str]:
+    """``cpuN``/``nodeN`` subfolders by number (``cpufreq``, ``cpuidle`` etc. are skipped)."""
+    found: dict[int, str] = {}
+    for name in reader.listing(parent) or ():
+        match = pattern.fullmatch(name)
+        path = _join(parent, name)
+        if match and os.path.isdir(path):
+            found[int(match.group(1))] = path
+    return found
+
+
+def _online_cpus(reader: _Reader, cpu_root: str, dirs: Mapping[int, str]) -> frozenset[int]:
+    listed = reader.cpus(_join(cpu_root, "online"))
+    if listed:
+        return listed
+    online: set[int] = set()
+    for cpu, path in dirs.items():
+        flag_path = _join(path, "online")
+        flag = reader.text(flag_path)
+        if flag:
+            if flag not in ("0", "1"):
+                raise CmkError(f"{flag_path}: expected 0 or 1, found {flag!r}")
+            if flag == "1":
+                online.add(cpu)
+        elif os.path.isdir(_join(path, "topology")):
+            online.add(cpu)
+    return frozenset(online)
+
+
+def _node_of(reader: _Reader, node_root: str, online: frozenset[int]) -> dict[int, int]:
+    nodes = _numbered_dirs(reader, node_root, _NODE_DIR) if os.path.isdir(node_root) else {}
+    if not nodes:
+        return dict.fromkeys(online, 0)
+    node_of: dict[int, int] = {}
+    for node in sorted(nodes, reverse=True):  # the lowest node, written last, wins
+        path = nodes[node]
+        members = reader.cpus(_join(path, "cpulist"), _join(path, "cpumap")) or frozenset()
+        node_of.update(dict.fromkeys(members, node))
+    return node_of
+
+
+def _online_cpu(
+    reader: _Reader, cpu: int, path: str | None, node: int | None, online: frozenset[int]
+) -> Cpu:
+    topology = _join(path, "topology") if path else ""
+    names = reader.listing(topology) if path else None
+    if path is None or names is None:
+        # Online but undescribed (a trimmed dump): a lone thread of unknown placement.
+        return Cpu(id=cpu, online=True, node=node, siblings=frozenset({cpu}))
+    siblings = reader.cpus(*(_join(topology, name) for name in _SIBLING_FILES if name in names))
+    core = ((siblings or frozenset()) & online) | {cpu}
+    l2, l3 = _caches(reader, _join(path, "cache"), core)
+    base_frequency, epp = _cpufreq(reader, _join(path, "cpufreq"))
+    return Cpu(
+        id=cpu,
+        online=True,
+        package=_id(reader, topology, names, "physical_package_id"),
+        die=_id(reader, topology, names, "die_id"),
+        node=node,
+        core_id=_id(reader, topology, names, "core_id"),
+        siblings=core,
+        l2=l2,
+        l3=l3,
+        base_frequency=base_frequency,
+        energy_performance_preference=epp,
+        cluster=_id(reader, topology, names, "cluster_id"),
+    )
+
+
+def _id(reader: _Reader, directory: str, names: Collection[str], name: str) -> int | None:
+    """A topology id; missing or the kernel's "unknown" is ``None``.
+
+    "Unknown" is ``-1``, and for ``cluster_id`` also x86's ``BAD_APICID``
+    (65535), which kernels print when the CPU reports no L2 cluster.
+    """
+    if name not in names:
+        return None
+    value = reader.integer(_join(directory, name))
+    if value is None or value < 0 or (name == "cluster_id" and value == _X86_BAD_APICID):
+        return None
+    return value
+
+
+def _caches(reader: _Reader, cache_root: str,
+            core: frozenset[int]) -> tuple[frozenset[int] | None, frozenset[int] | None]:
+    """The CPUs sharing this CPU's L2 and L3 (``None`` where the dump has no such cache).
+
+    An empty sharing list (ia64 kernels write ``00000000`` for L3) means the
+    core's own cache, as hwloc reads it.
+    """
+    shared: dict[int, frozenset[int]] = {}
+    indexes = sorted(
+        (int(match.group(1)), match.group(0))
+        for match in map(_CACHE_DIR.fullmatch, reader.listing(cache_root) or ())
+        if match
+    )
+    for _number, name in indexes:
+        index = _join(cache_root, name)
+        level = reader.integer(_join(index, "level"))
+        if level not in (2, 3) or level in shared:
+            continue
+        if reader.text(_join(index, "type")) == "Instruction":
+            continue
+        cpus = reader.cpus(_join(index, "shared_cpu_list"), _join(index, "shared_cpu_map"))
+        if cpus is not None:
+            shared[level] = cpus or core
+    return shared.get(2), shared.get(3)
+
+
+def _cpufreq(reader: _Reader, cpufreq: str) -> tuple[int | None, str | None]:
+    """SST-BF base frequency (kHz) and SST-CP energy/performance preference, where present."""
+    names = reader.listing(cpufreq)
+    if not names:
+        return None, None
+    base = reader.integer(_join(cpufreq, "base_frequency")) if "base_frequency" in names else None
+    epp_name = "energy_performance_preference"
+    epp = reader.text(_join(cpufreq, epp_name)) if epp_name in names else None
+    return base, epp or None
+
+
+class _Reader:
+    """Reads sysfs for one discovery, parsing each distinct cpu set once.
+
+    Siblings of a core and all CPUs of a cache share the same list text, so
+    a 1,024-CPU machine parses a few hundred distinct lists, not thousands.
+    """
+
+    def __init__(self) -> None:
+        self._parsed: dict[tuple[str, str], frozenset[int]] = {}
+
+    def listing(self, path: str) -> frozenset[str] | None:
+        """A folder's entry names; ``None`` if it does not exist."""
+        try:
+            return frozenset(os.listdir(path))
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            raise CmkError(f"cannot list {path}: a file stands where a folder should be") from None
+        except OSError as error:
+            raise CmkError(f"cannot list {path}: {error.strerror or error}") from None
+
+    def text(self, path: str) -> str | None:
+        """The file's content without NULs and surrounding whitespace; ``None`` if missing."""
+        try:
+            raw = _read_bytes(path)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            raise CmkError(f"cannot read {path}: a file stands where a folder should be") from None
+        except OSError as error:
+            raise CmkError(f"cannot read {path}: {error.strerror or error}") from None
+        try:
+            return raw.decode("ascii").replace("\x00", "").strip()
+        except UnicodeDecodeError:
+            raise CmkError(f"{path}: expected text, found binary data") from None
+
+    def integer(self, path: str) -> int | None:
+        text = self.text(path)
+        if text is None:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise CmkError(f"{path}: expected an integer, found {text!r}") from None
+
+    def cpus(self, *candidates: str) -> frozenset[int] | None:
+        """The first existing file's cpu set: ``*list`` files as cpu lists, others as hex masks."""
+        for path in candidates:
+            text = self.text(path)
+            if text is None:
+                continue
+            if text == _NO_CPUS:
+                return frozenset()
+            name = os.path.basename(path)
+            key = (name, text)
+            if key not in self._parsed:
+                try:
+                    self._parsed[key] = _parser_for(name)(text)
+                except CpuListError as error:
+                    raise CmkError(f"{path}: {error}") from None
+            return self._parsed[key]
+        return None
+
+
+def _read_bytes(path: str) -> bytes:
+    """The whole file: plain ``os`` calls, a third cheaper than ``open()`` on small sysfs files."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = [os.read(fd, 65536)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, 65536))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _parser_for(name: str) -> Callable[[str], frozenset[int]]:
+    cpu_list_files = ("online", "possible", "present", "isolated", "nohz_full")
+    return parse_cpu_list if name.endswith("list") or name in cpu_list_files else parse_cpu_mask

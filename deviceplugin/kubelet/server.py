@@ -1,0 +1,219 @@
+"""One pool's gRPC DevicePlugin server on its unix socket: protobuf in, pure calls, protobuf out.
+
+What to advertise, what to prefer and what to answer live in
+:mod:`deviceplugin.model.devices`, :mod:`deviceplugin.model.policy` and
+:mod:`deviceplugin.model.answers`; this module only converts and streams.
+
+The server has several workers: while the daemon's own Register call is
+pending, the kubelet dials back and calls GetDevicePluginOptions, and each
+open ListAndWatch stream holds a worker for as long as it lasts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+
+from api.constants import HEALTHY, UNHEALTHY
+from api.v1beta1 import deviceplugin_pb2 as pb
+from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
+from deviceplugin.errors import CmkError
+from deviceplugin.events import Events
+from deviceplugin.model.answers import (
+    ContainerAnswer,
+    DeviceRequestError,
+    allocate_answer,
+)
+from deviceplugin.model.devices import PoolDevices
+from deviceplugin.model.topology import Core
+from pinner.cpulist import format_cpu_list
+
+log = logging.getLogger(__name__)
+
+#: preferred_allocation(cores, available, must_include, size) -> IDs; raises ValueError on bad input.
+Preference = Callable[[Mapping[str, Core], Sequence[str], Sequence[str], int], list[str]]
+
+#: The dial-back, one ListAndWatch stream (two across a reconnect) and concurrent admissions.
+WORKERS = 8
+
+
+def options_message(devices: PoolDevices) -> pb.DevicePluginOptions:
+    """The same options go in RegisterRequest and the GetDevicePluginOptions reply."""
+    return pb.DevicePluginOptions(
+        pre_start_required=False,
+        get_preferred_allocation_available=devices.preferred_allocation,
+    )
+
+
+def list_message(devices: PoolDevices) -> pb.ListAndWatchResponse:
+    return pb.ListAndWatchResponse(devices=[
+        pb.Device(
+            ID=device.id,
+            health=HEALTHY if device.healthy else UNHEALTHY,
+            topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=node) for node in sorted(device.numa_nodes)])
+            if device.numa_nodes else None,
+        )
+        for device in devices.devices.values()
+    ])
+
+
+def answer_message(answer: ContainerAnswer) -> pb.ContainerAllocateResponse:
+    return pb.ContainerAllocateResponse(
+        envs=dict(answer.envs),
+        mounts=[pb.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+                for m in answer.mounts],
+        cdi_devices=[pb.CDIDevice(name=name) for name in answer.cdi_devices],
+    )
+
+
+class PoolServer(pb_grpc.DevicePluginServicer):
+    """Serves one resource; :meth:`update` pushes a new snapshot to every open stream."""
+
+    def __init__(self, devices: PoolDevices, *, socket_path: Path, install_dir: str,
+                 prefer: Preference, cdi: bool = False, events: Events | None = None) -> None:
+        self.socket_path = socket_path
+        self._events = events or Events()
+        self._install_dir = install_dir
+        self._cdi = cdi
+        self._prefer = prefer
+        self._devices = devices
+        self._version = 0
+        self._stopped = False
+        self._changed = threading.Condition()
+        self._server: grpc.Server | None = None
+        self.socket_inode: int | None = None
+
+    @property
+    def devices(self) -> PoolDevices:
+        return self._devices
+
+    @property
+    def resource(self) -> str:
+        return self._devices.resource
+
+    def start(self) -> None:
+        """Listen on the socket (replacing a stale one) before anyone registers it."""
+        problem = f"cannot listen on {self.socket_path}: check that --kubelet-dir is a writable directory"
+        try:
+            if self.socket_path.exists() or self.socket_path.is_symlink():
+                self.socket_path.unlink()
+        except OSError as err:
+            raise CmkError(f"{problem} ({err.strerror})") from None
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS,
+                                                        thread_name_prefix=f"cmk-{self._devices.pool}"))
+        pb_grpc.add_DevicePluginServicer_to_server(self, server)
+        try:
+            bound = server.add_insecure_port(f"unix:{self.socket_path}")
+        except RuntimeError:  # newer grpc raises instead of returning 0
+            bound = 0
+        if not bound:
+            raise CmkError(problem)
+        server.start()
+        self._server = server
+        self.socket_inode = os.stat(self.socket_path).st_ino
+
+    def socket_is_mine(self) -> bool:
+        try:
+            return os.stat(self.socket_path).st_ino == self.socket_inode
+        except FileNotFoundError:
+            return False
+
+    def update(self, devices: PoolDevices) -> None:
+        with self._changed:
+            self._devices = devices
+            self._version += 1
+            self._changed.notify_all()
+
+    def stop(self, grace: float = 0.5) -> threading.Event:
+        """End every stream first, then stop serving; returns the event set once stopped."""
+        with self._changed:
+            self._stopped = True
+            self._changed.notify_all()
+        done = self._server.stop(grace) if self._server is not None else threading.Event()
+        if self._server is None:
+            done.set()
+        return done
+
+    def remove_socket(self) -> None:
+        if self.socket_is_mine():
+            self.socket_path.unlink()
+
+    # --- DevicePlugin service -------------------------------------------------------------
+
+    def GetDevicePluginOptions(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.DevicePluginOptions:
+        return options_message(self._devices)
+
+    def ListAndWatch(self, request: pb.Empty, context: grpc.ServicerContext) -> Iterator[pb.ListAndWatchResponse]:
+        def wake() -> None:
+            with self._changed:
+                self._changed.notify_all()
+
+        context.add_callback(wake)  # a cancelled stream must not hold its worker until the next update
+        sent = -1
+
+        def ready() -> bool:
+            return self._stopped or self._version != sent or not context.is_active()
+
+        while True:
+            with self._changed:
+                self._changed.wait_for(ready)
+                if self._stopped or not context.is_active():
+                    return
+                sent, devices = self._version, self._devices
+            yield list_message(devices)
+
+    def GetPreferredAllocation(self, request: pb.PreferredAllocationRequest,
+                               context: grpc.ServicerContext) -> pb.PreferredAllocationResponse:
+        start = time.perf_counter()
+        devices = self._devices
+        where: dict[str, object] = {"pool": str(devices.pool), "resource": devices.resource}
+        if not devices.preferred_allocation:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          f"{devices.resource}: slots are interchangeable, preferred allocation is not offered")
+        responses = []
+        for req in request.container_requests:
+            try:
+                chosen = self._prefer(devices.cores, list(req.available_deviceIDs),
+                                      list(req.must_include_deviceIDs), req.allocation_size)
+            except ValueError as err:
+                self._events.emit("preferred_allocation_refused", f"refused preferred allocation: {err}",
+                                  level=logging.WARNING, **where, error=str(err),
+                                  seconds=time.perf_counter() - start)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{devices.resource}: {err}")
+            self._events.emit("preferred_allocation", f"preferred {' '.join(chosen)} for {devices.resource}",
+                              level=logging.DEBUG, **where, available=list(req.available_deviceIDs),
+                              must_include=list(req.must_include_deviceIDs), size=req.allocation_size,
+                              chosen=chosen, seconds=time.perf_counter() - start)
+            responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
+        return pb.PreferredAllocationResponse(container_responses=responses)
+
+    def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
+        start = time.perf_counter()
+        devices = self._devices
+        where: dict[str, object] = {"pool": str(devices.pool), "resource": devices.resource}
+        responses = []
+        for req in request.container_requests:
+            ids = list(req.devices_ids)
+            try:
+                answer = allocate_answer(devices, ids, install_dir=self._install_dir,
+                                         cdi=self._cdi)
+            except DeviceRequestError as err:
+                self._events.emit("allocate_refused", f"refused allocation: {err}", level=logging.WARNING,
+                                  **where, devices=ids, error=str(err), seconds=time.perf_counter() - start)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+            cpus = format_cpu_list(devices.cpus_of(ids))
+            self._events.emit("allocated", f"allocated {devices.resource} {','.join(ids)}: CPUs {cpus}",
+                              level=logging.INFO, **where, devices=ids, cpus=cpus, seconds=time.perf_counter() - start)
+            responses.append(answer_message(answer))
+        return pb.AllocateResponse(container_responses=responses)
+
+    def PreStartContainer(self, request: pb.PreStartContainerRequest,
+                          context: grpc.ServicerContext) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()  # not advertised; harmless if called anyway

@@ -1,0 +1,244 @@
+"""What a node needs outside Kubernetes for its pools: kernel line, kubelet settings, systemd drop-ins.
+
+Pure: a function of the topology and the pool flags, no I/O; ``cmk host-config`` prints it.
+
+**Which CPUs to isolate.** The pool plan takes ``exclusive`` and ``shared``
+from the isolated cores when ``isolcpus`` is set, so planning on the machine
+as booted would only echo its current ``isolcpus``. The question here is what
+``isolcpus`` the node *should* get for the requested pool sizes, so the plan
+is made on the same topology with its isolation removed: the planner's
+no-isolation fallback then carves exclusive and shared from all cores while
+infra keeps the core of the lowest online CPU (the kernel's housekeeping CPU),
+and excl-non-isolcpus keeps the cores it names. Booting with ``isolcpus=``
+set to exactly the exclusive and shared CPUs of that plan makes the isolated
+plan pick the same cores: with isolation, exclusive takes the isolated cores
+shared does not take, so defaults (4 exclusive + 1 shared, clipped to the
+machine) and explicit sizes both land on the same CPUs. The tests check this
+by planning again on a fixture copy booted with the printed line.
+
+**Kubelet reservation.** With ``cpuManagerPolicy: none`` the kubelet pins
+nothing, and the scheduler's ``cpu`` accounting is one number per node:
+allocatable = online CPUs - reserved. A pod on exclusive cores must request
+``cpu`` equal to its cores' threads (a Guaranteed pod's CFS quota equals its
+request, and a smaller quota would throttle it on its own cores), and pods in
+shared and infra request their CFS share, so every CPU a pool serves must stay
+in allocatable; reserving all non-infra CPUs instead would make a Guaranteed
+exclusive pod charge its cores against the infra CPUs and not fit on a small
+node. What pods can never use is the host's own work (kernel housekeeping,
+systemd, kubelet, runtime), which the drop-ins confine to the infra CPUs; so
+``reservedSystemCPUs`` names the infra cores the host is expected to keep busy
+(default: one, the housekeeping core of the lowest infra CPU) and the
+scheduler's ``cpu`` accounting sees the host only on infra CPUs. An explicit
+CPU list rather than ``systemReserved: cpu`` keeps the number in whole cores
+and lets the reader check it against ``cmk describe``'s infra pool.
+
+**Drop-ins.** ``CPUAffinity=`` in ``system.conf`` sets PID 1's affinity, which
+every service inherits (cgroup v1 and v2); ``AllowedCPUs=`` on ``system.slice``
+and ``user.slice`` fences them with the cpuset controller (cgroup v2 only). The
+container runtime gets its own drop-in because its per-container monitors
+(containerd-shim, conmon) may live in pod cgroups outside ``system.slice``,
+where only the affinity inherited from the runtime keeps them on infra.
+Containers then start with that affinity unless the runtime resets it (runc
+1.3.1+, crun 1.10+; since Linux 6.2 joining a cpuset no longer does): the
+pinner and the CDI hook set each container's affinity from its cpuset
+themselves, so any runtime version works.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from deviceplugin.errors import CmkError
+from deviceplugin.model.plan import PlanOptions, Pool, PoolPlan, plan_pools
+from deviceplugin.model.topology import Topology
+from pinner.cpulist import format_cpu_list
+
+#: systemd drop-in file name: sorts after distribution defaults, names its origin.
+DROPIN_NAME = "50-cmk-cpu-pools.conf"
+
+#: Container runtime services and their unit names.
+RUNTIMES = {"containerd": "containerd.service", "crio": "crio.service"}
+
+#: Host cgroup slices whose processes stay on infra (kubepods.slice is the kubelet's: not touched).
+HOST_SLICES = ("system.slice", "user.slice")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostOptions:
+    """What to print beyond isolcpus: the optional kernel parameters, the reservation, the runtimes."""
+
+    nohz_full: bool = False
+    rcu_nocbs: bool = False
+    irqaffinity: bool = False
+    reserved_cores: int = 1
+    runtimes: tuple[str, ...] = tuple(RUNTIMES)
+
+
+@dataclass(frozen=True)
+class DropIn:
+    path: str
+    content: str
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """The node's target settings and how its current boot differs from them."""
+
+    plan: PoolPlan
+    isolate: frozenset[int]
+    infra: frozenset[int]
+    reserved: frozenset[int]
+    online: frozenset[int]
+    current_isolated: frozenset[int]
+    kernel_args: tuple[str, ...]
+    kubelet: dict[str, Any]
+    dropins: tuple[DropIn, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def reboot_needed(self) -> bool:
+        return self.current_isolated != self.isolate
+
+
+def target_plan(topology: Topology, options: PlanOptions) -> PoolPlan:
+    """The pool plan the node gets once booted with the right isolcpus: planned as if nothing were isolated."""
+    return plan_pools(dataclasses.replace(topology, isolated=frozenset()), options)
+
+
+def _systemd_cpus(cpus: Iterable[int]) -> str:
+    """systemd's CPU list syntax: ranges separated by spaces (it also takes commas; spaces read better)."""
+    return format_cpu_list(cpus).replace(",", " ")
+
+
+def _dropins(infra: frozenset[int], runtimes: Iterable[str]) -> tuple[DropIn, ...]:
+    cpus = _systemd_cpus(infra)
+    header = "# Written from `cmk host-config`: keep host processes on the infra CPUs.\n"
+    dropins = [
+        DropIn(f"/etc/systemd/system.conf.d/{DROPIN_NAME}",
+               f"{header}# PID 1's affinity, inherited by every service (cgroup v1 and v2).\n"
+               f"[Manager]\nCPUAffinity={cpus}\n"),
+    ]
+    for slice_name in HOST_SLICES:
+        dropins.append(DropIn(
+            f"/etc/systemd/system/{slice_name}.d/{DROPIN_NAME}",
+            f"{header}# cpuset fence for the slice (cgroup v2; systemd ignores it on v1).\n"
+            f"[Slice]\nAllowedCPUs={cpus}\n"))
+    for runtime in runtimes:
+        dropins.append(DropIn(
+            f"/etc/systemd/system/{RUNTIMES[runtime]}.d/{DROPIN_NAME}",
+            f"{header}# The runtime's monitors (shim/conmon) may sit in pod cgroups: they inherit this affinity.\n"
+            "# Containers may inherit it: cmk isolate and the CDI hook re-pin them within their cpuset.\n"
+            f"[Service]\nCPUAffinity={cpus}\nAllowedCPUs={cpus}\n"))
+    return tuple(dropins)
+
+
+def _reserved(plan: PoolPlan, cores: int) -> frozenset[int]:
+    infra = plan.pools[Pool.INFRA]
+    if cores < 1:
+        raise CmkError(f"--reserved-cores must be 1 or more, got {cores}: the host always needs a core")
+    if cores > len(infra):
+        raise CmkError(
+            f"--reserved-cores {cores} exceeds the {len(infra)} infra cores "
+            f"({format_cpu_list(plan.cpus(Pool.INFRA))}): reserve fewer, or plan smaller pools"
+        )
+    return frozenset(cpu for core in infra[:cores] for cpu in core.cpus)
+
+
+def host_config(topology: Topology, options: PlanOptions, host: HostOptions = HostOptions()) -> HostConfig:
+    """The kernel line, kubelet settings and drop-ins that serve ``options`` on this topology."""
+    unknown = [runtime for runtime in host.runtimes if runtime not in RUNTIMES]
+    if unknown:
+        raise CmkError(f"unknown container runtime {unknown[0]!r}; known: {', '.join(RUNTIMES)}")
+    plan = target_plan(topology, options)
+    isolate = plan.cpus(Pool.EXCLUSIVE) | plan.cpus(Pool.SHARED)
+    infra = plan.cpus(Pool.INFRA)
+    reserved = _reserved(plan, host.reserved_cores)
+    notes: list[str] = []
+
+    kernel_args: list[str] = []
+    if isolate:
+        listed = format_cpu_list(isolate)
+        kernel_args.append(f"isolcpus={listed}")
+        if host.nohz_full:
+            kernel_args.append(f"nohz_full={listed}")
+        if host.rcu_nocbs:
+            kernel_args.append(f"rcu_nocbs={listed}")
+    else:
+        notes.append("no exclusive or shared cores planned: nothing to isolate")
+    if host.irqaffinity:
+        kernel_args.append(f"irqaffinity={format_cpu_list(infra)}")
+
+    non_isol = plan.cpus(Pool.EXCLUSIVE_NON_ISOLCPUS)
+    if non_isol:
+        notes.append(
+            f"exclusive-non-isolcpus CPUs {format_cpu_list(non_isol)} stay schedulable by the kernel: "
+            "the drop-ins keep host services off them, the kernel's own threads are not"
+        )
+    current = topology.isolated & topology.online
+    if current != isolate:
+        notes.append(
+            f"booted with isolcpus={format_cpu_list(current) or '(none)'}: "
+            "set the kernel command line above and reboot"
+        )
+
+    kubelet = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "cpuManagerPolicy": "none",
+        "reservedSystemCPUs": format_cpu_list(reserved),
+    }
+    return HostConfig(
+        plan=plan,
+        isolate=isolate,
+        infra=infra,
+        reserved=reserved,
+        online=topology.online,
+        current_isolated=current,
+        kernel_args=tuple(kernel_args),
+        kubelet=kubelet,
+        dropins=_dropins(infra, host.runtimes),
+        notes=tuple(notes),
+    )
+
+
+def host_config_data(config: HostConfig) -> dict[str, Any]:
+    """JSON-ready values; CPU lists in kernel syntax (the contract for ``--output json``)."""
+    plan = config.plan
+    return {
+        "pools": {str(pool): format_cpu_list(plan.cpus(pool)) for pool in Pool},
+        "kernel_cmdline": list(config.kernel_args),
+        "kubelet_config": config.kubelet,
+        "kubelet_allocatable_cpu": len(config.online) - len(config.reserved),
+        "systemd_dropins": [{"path": d.path, "content": d.content} for d in config.dropins],
+        "current_isolcpus": format_cpu_list(config.current_isolated),
+        "reboot_needed": config.reboot_needed,
+        "notes": list(config.notes),
+    }
+
+
+def render_text(config: HostConfig) -> str:
+    """A person's view: each setting under the file or place it goes, ready to paste."""
+    data = host_config_data(config)
+    pools = ", ".join(f"{pool} {cpus}" for pool, cpus in data["pools"].items() if cpus)
+    lines = [f"# Pools once configured: {pools}", ""]
+    lines += [
+        "## Kernel command line: append to GRUB_CMDLINE_LINUX, update-grub, reboot",
+        " ".join(config.kernel_args) if config.kernel_args else "(nothing to add)",
+        "",
+        "## Kubelet configuration: merge into the kubelet's config file (e.g. /var/lib/kubelet/config.yaml)",
+        "# Changing cpuManagerPolicy: stop the kubelet, remove /var/lib/kubelet/cpu_manager_state, start it.",
+        (f"# Allocatable cpu = {len(config.online)} online - {len(config.reserved)} reserved = "
+         f"{data['kubelet_allocatable_cpu']}: pinned pods request the cpu of their CPUs."),
+        yaml.safe_dump(config.kubelet, sort_keys=False).rstrip(),
+        "",
+        "## systemd drop-ins: write each file, then `systemctl daemon-reexec` (or reboot)",
+    ]
+    for dropin in config.dropins:
+        lines += [f"### {dropin.path}", dropin.content.rstrip(), ""]
+    lines += [f"note: {note}" for note in config.notes]
+    return "\n".join(lines).rstrip() + "\n"

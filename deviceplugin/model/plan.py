@@ -1,0 +1,287 @@
+"""The pool plan: which cores serve which pool. A pure function of topology and options.
+
+CMK's semantics, kept so its users' flags mean what they meant:
+
+- ``exclusive`` and ``shared`` are carved from *isolated* cores (a core is
+  isolated only when all its online threads are in ``isolcpus``; a partly
+  isolated core is reported and left out of every pool), ``infra`` holds the
+  non-isolated cores, and ``exclusive-non-isolcpus`` the non-isolated cores
+  named with ``--excl-non-isolcpus``.
+- With no isolated CPUs at all, CMK's fallback carves every pool from all
+  cores. Infra then keeps the core of the lowest online CPU (where the
+  kernel's housekeeping runs) and at least that one core, always.
+- Candidates are ranked first by SST-CP (energy performance preference:
+  performance > balance_performance > balance_power > power) and SST-BF
+  (higher base frequency first), each only where the values differ across
+  cores, then ordered by mode: ``packed`` fills one NUMA node/socket before
+  the next, ``spread`` round-robins across them. Exclusive takes first,
+  shared takes next, infra keeps the rest.
+
+An impossible plan raises :class:`PlanError` and never yields a partial plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from itertools import groupby, zip_longest
+
+from deviceplugin.errors import CmkError
+from deviceplugin.model.topology import Core, Topology
+from pinner.cpulist import format_cpu_list
+from pinner.isolate import POOLS as PINNER_POOLS
+
+
+class Pool(StrEnum):
+    EXCLUSIVE = "exclusive"
+    EXCLUSIVE_NON_ISOLCPUS = "exclusive-non-isolcpus"
+    SHARED = "shared"
+    INFRA = "infra"
+
+
+class Mode(StrEnum):
+    PACKED = "packed"
+    SPREAD = "spread"
+
+
+#: pool -> extended resource name, from the contract table the pinner reads too
+RESOURCE_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value][1] for pool in Pool}
+
+#: Pools whose devices are whole cores (one device per core); the others advertise slots.
+CORE_POOLS = frozenset({Pool.EXCLUSIVE, Pool.EXCLUSIVE_NON_ISOLCPUS})
+
+#: Default slots for shared/infra: the kubelet's default maxPods, so the slot
+#: count never limits a node that the kubelet itself would not limit.
+DEFAULT_SLOTS = 110
+
+#: CMK's default pool sizes, used (clipped to what the machine has) when no size is given.
+DEFAULT_EXCLUSIVE_CORES = 4
+DEFAULT_SHARED_CORES = 1
+
+EPP_RANK: Mapping[str, int] = {
+    "performance": 0,
+    "balance_performance": 1,
+    "balance_power": 2,
+    "power": 3,
+}
+
+
+#: Sorts cores best first: (SST-CP rank, negated SST-BF base frequency).
+RankKey = Callable[[Core], tuple[int, int]]
+
+
+class PlanError(CmkError):
+    """The requested pools cannot be carved from this machine."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOptions:
+    """Pool sizes and placement; ``None`` sizes take the documented defaults."""
+
+    num_exclusive_cores: int | None = None
+    num_shared_cores: int | None = None
+    exclusive_mode: Mode = Mode.PACKED
+    shared_mode: Mode = Mode.PACKED
+    excl_non_isolcpus: frozenset[int] = frozenset()
+    shared_slots: int = DEFAULT_SLOTS
+    infra_slots: int = DEFAULT_SLOTS
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """Cores per pool (every pool present, empty ones included) and what the planner decided."""
+
+    pools: Mapping[Pool, tuple[Core, ...]]
+    isolated_mode: bool
+    sst_bf: bool = False
+    sst_cp: bool = False
+    partially_isolated: tuple[Core, ...] = ()
+    unused_isolated: tuple[Core, ...] = ()
+    notes: tuple[str, ...] = ()
+    slots: Mapping[Pool, int] = field(default_factory=dict)
+
+    def cpus(self, pool: Pool) -> frozenset[int]:
+        return frozenset(cpu for core in self.pools[pool] for cpu in core.cpus)
+
+    def advertised(self, pool: Pool) -> int:
+        """How many devices the pool's plugin advertises (0: the pool is not served)."""
+        cores = self.pools[pool]
+        if not cores:
+            return 0
+        return len(cores) if pool in CORE_POOLS else self.slots.get(pool, DEFAULT_SLOTS)
+
+
+def _cores_text(cores: Iterable[Core]) -> str:
+    return " ".join(str(core) for core in cores)
+
+
+def _node_key(core: Core) -> tuple[int, int]:
+    return (
+        core.node if core.node is not None else -1,
+        core.package if core.package is not None else -1,
+    )
+
+
+def _order(cores: Sequence[Core], mode: Mode) -> list[Core]:
+    """Order equally ranked cores: packed fills a node/socket first, spread round-robins."""
+    packed = sorted(cores, key=lambda core: (_node_key(core), core.first))
+    if mode is Mode.PACKED:
+        return packed
+    groups = [list(group) for _, group in groupby(packed, key=_node_key)]
+    return [core for turn in zip_longest(*groups) for core in turn if core is not None]
+
+
+def _differs(values: Iterable[object]) -> bool:
+    return len({value for value in values if value is not None}) > 1
+
+
+def _rank_key(sst_cp: bool, sst_bf: bool) -> RankKey:
+    def key(core: Core) -> tuple[int, int]:
+        epp = EPP_RANK.get(core.energy_performance_preference or "", len(EPP_RANK)) if sst_cp else 0
+        freq = -(core.base_frequency or 0) if sst_bf else 0
+        return (epp, freq)
+
+    return key
+
+
+def _ranked(cores: Sequence[Core], mode: Mode, key: RankKey) -> list[Core]:
+    """Best-ranked tier first; inside each tier, the mode's order."""
+    ranked: list[Core] = []
+    for _, tier in groupby(sorted(cores, key=key), key=key):
+        ranked.extend(_order(list(tier), mode))
+    return ranked
+
+
+def _check_size(name: str, value: int | None) -> None:
+    if value is not None and value < 0:
+        raise PlanError(f"{name} must be 0 or more, got {value}")
+
+
+def _named_cores(topology: Topology, cpus: frozenset[int]) -> list[Core]:
+    """The cores holding the CPUs named by --excl-non-isolcpus, each named CPU checked."""
+    known = format_cpu_list(topology.cpus) or "none"
+    cores: list[Core] = []
+    for cpu in sorted(cpus):
+        if cpu not in topology.cpus:
+            raise PlanError(
+                f"--excl-non-isolcpus names CPU {cpu}, which does not exist (CPUs: {known})"
+            )
+        if not topology.cpus[cpu].online:
+            raise PlanError(f"--excl-non-isolcpus names CPU {cpu}, which is offline")
+        core = topology.core_of(cpu)
+        assert core is not None  # every online CPU belongs to a core
+        isolated = core.cpus & topology.isolated
+        if isolated:
+            raise PlanError(
+                f"--excl-non-isolcpus names CPU {cpu}, whose core {core} is isolated "
+                f"(isolated CPUs {format_cpu_list(isolated)} belong to exclusive/shared); "
+                "name non-isolated CPUs"
+            )
+        if core not in cores:
+            cores.append(core)
+    return cores
+
+
+def _sizes(options: PlanOptions, available: int, limit: str) -> tuple[int, int]:
+    """Exclusive and shared core counts: explicit sizes must fit, defaults take what is left."""
+    want_excl, want_shared = options.num_exclusive_cores, options.num_shared_cores
+    asked = [f"{n} {pool}" for n, pool in ((want_excl, "exclusive"), (want_shared, "shared")) if n is not None]
+    if sum(n or 0 for n in (want_excl, want_shared)) > available:
+        raise PlanError(f"asked for {' + '.join(asked)} cores, but {limit}: ask for fewer")
+    if want_shared is None:
+        left = available - (want_excl or 0)
+        if want_excl is None and left <= DEFAULT_SHARED_CORES:
+            want_shared = 0  # too few cores to share: they serve exclusive
+        else:
+            want_shared = min(DEFAULT_SHARED_CORES, left)
+    if want_excl is None:
+        want_excl = available - want_shared
+    return want_excl, want_shared
+
+
+def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> PoolPlan:
+    """Carve the pools; raise PlanError when the options cannot be met on this topology."""
+    _check_size("--num-exclusive-cores", options.num_exclusive_cores)
+    _check_size("--num-shared-cores", options.num_shared_cores)
+    for name, slots in (("shared slots", options.shared_slots), ("infra slots", options.infra_slots)):
+        if slots < 1:
+            raise PlanError(f"{name} must be 1 or more, got {slots}")
+
+    cores = topology.cores
+    if not cores:
+        raise PlanError("no online CPUs found: check --sysfs-root")
+    isolated = topology.isolated & topology.online
+    whole = [core for core in cores if core.cpus <= isolated]
+    partial = [core for core in cores if core.cpus & isolated and not core.cpus <= isolated]
+    free = [core for core in cores if not core.cpus & isolated]
+    non_isol = _named_cores(topology, options.excl_non_isolcpus)
+    free = [core for core in free if core not in non_isol]
+
+    sst_cp = _differs(core.energy_performance_preference for core in cores)
+    sst_bf = _differs(core.base_frequency for core in cores)
+    key = _rank_key(sst_cp, sst_bf)
+    notes: list[str] = []
+
+    if isolated:
+        candidates = whole
+        limit = f"only {len(whole)} whole cores are isolated ({_cores_text(whole) or 'none'})"
+        n_excl, n_shared = _sizes(options, len(candidates), limit)
+        infra = free
+    else:
+        housekeeping = min(free, key=lambda core: core.first) if free else None
+        candidates = [core for core in free if core is not housekeeping]
+        limit = (
+            f"no CPU is isolated and infra must keep one of the {len(free)} cores, "
+            f"leaving {len(candidates)} (CMK's fallback; boot with isolcpus= for more)"
+        )
+        n_excl, n_shared = _sizes(options, len(candidates), limit)
+        if options.num_exclusive_cores is None:
+            n_excl = min(n_excl, DEFAULT_EXCLUSIVE_CORES)
+        notes.append(
+            "no isolated CPUs: pools are carved from all cores (CMK's fallback); "
+            "boot with isolcpus= to keep the kernel's scheduler off exclusive cores"
+        )
+        infra = []  # filled below from what the isolated pools leave
+
+    exclusive = _ranked(candidates, options.exclusive_mode, key)[:n_excl]
+    rest = [core for core in candidates if core not in exclusive]
+    shared = _ranked(rest, options.shared_mode, key)[:n_shared]
+    leftover = [core for core in rest if core not in shared]
+
+    unused: list[Core] = []
+    if isolated:
+        unused = leftover
+        if unused:
+            notes.append(
+                f"isolated cores {_cores_text(unused)} are in no pool: raise "
+                "--num-exclusive-cores or --num-shared-cores to use them"
+            )
+    else:
+        infra = sorted([core for core in free if core not in exclusive and core not in shared],
+                       key=lambda core: core.first)
+    if non_isol and not infra:
+        raise PlanError(
+            "--excl-non-isolcpus takes every non-isolated core; leave at least one core for infra"
+        )
+    if partial:
+        notes.append(
+            f"partly isolated cores {_cores_text(partial)} are in no pool: "
+            "isolate all threads of a core, or none"
+        )
+
+    return PoolPlan(
+        pools={
+            Pool.EXCLUSIVE: tuple(exclusive),
+            Pool.EXCLUSIVE_NON_ISOLCPUS: tuple(sorted(non_isol, key=lambda core: core.first)),
+            Pool.SHARED: tuple(shared),
+            Pool.INFRA: tuple(infra),
+        },
+        isolated_mode=bool(isolated),
+        sst_bf=sst_bf,
+        sst_cp=sst_cp,
+        partially_isolated=tuple(partial),
+        unused_isolated=tuple(unused),
+        notes=tuple(notes),
+        slots={Pool.SHARED: options.shared_slots, Pool.INFRA: options.infra_slots},
+    )

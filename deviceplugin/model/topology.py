@@ -1,0 +1,171 @@
+"""The CPU topology model: read-only values, no I/O.
+
+``deviceplugin.host.sysfs`` builds a :class:`Topology` from a sysfs/procfs root;
+everything downstream (pool plan, device model, allocation policy) reads it.
+Tests build one from literal values with :func:`build_topology`.
+
+A *core* is the set of hardware threads the kernel lists as siblings
+(``core_cpus_list``/``thread_siblings_list``), not a ``core_id``: core ids
+repeat across packages and, on some machines, inside one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from pinner.cpulist import format_cpu_list
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """One logical CPU as the kernel describes it.
+
+    Offline CPUs often have no ``topology/`` folder: their placement fields
+    are then ``None``. ``siblings`` holds the *online* threads of the core
+    (itself included, for an online CPU).
+    """
+
+    id: int
+    online: bool
+    package: int | None = None
+    die: int | None = None
+    node: int | None = None
+    core_id: int | None = None
+    siblings: frozenset[int] = frozenset()
+    l2: frozenset[int] | None = None
+    l3: frozenset[int] | None = None
+    base_frequency: int | None = None  # kHz, SST-BF
+    energy_performance_preference: str | None = None  # SST-CP
+    cluster: int | None = None  # cluster_id: cores sharing an L2/L3 tag slice (arm64, E-core modules)
+
+
+@dataclass(frozen=True)
+class Core:
+    """A physical core: its online hardware threads and where it sits."""
+
+    cpus: frozenset[int]
+    package: int | None
+    die: int | None
+    node: int | None
+    l3: frozenset[int] | None
+    base_frequency: int | None
+    energy_performance_preference: str | None
+
+    @property
+    def first(self) -> int:
+        return min(self.cpus)
+
+    def __str__(self) -> str:
+        return "{" + format_cpu_list(self.cpus) + "}"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Every possible CPU with its state, plus the kernel's isolation settings."""
+
+    cpus: Mapping[int, Cpu]
+    isolated: frozenset[int] = frozenset()
+    nohz_full: frozenset[int] = frozenset()
+    _cores: tuple[Core, ...] = field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cpus", MappingProxyType(dict(sorted(self.cpus.items()))))
+        object.__setattr__(self, "_cores", _group_cores(self.cpus))
+
+    @property
+    def online(self) -> frozenset[int]:
+        return frozenset(cpu.id for cpu in self.cpus.values() if cpu.online)
+
+    @property
+    def offline(self) -> frozenset[int]:
+        return frozenset(cpu.id for cpu in self.cpus.values() if not cpu.online)
+
+    @property
+    def cores(self) -> tuple[Core, ...]:
+        """Cores with at least one online thread, ordered by their first CPU."""
+        return self._cores
+
+    @property
+    def packages(self) -> frozenset[int]:
+        return frozenset(c.package for c in self.cpus.values() if c.online and c.package is not None)
+
+    @property
+    def numa_nodes(self) -> Mapping[int, frozenset[int]]:
+        """NUMA node id -> its online CPUs (nodes without online CPUs are left out)."""
+        nodes: dict[int, set[int]] = {}
+        for cpu in self.cpus.values():
+            if cpu.online and cpu.node is not None:
+                nodes.setdefault(cpu.node, set()).add(cpu.id)
+        return {node: frozenset(cpus) for node, cpus in sorted(nodes.items())}
+
+    @property
+    def threads_per_core_max(self) -> int:
+        return max((len(core.cpus) for core in self.cores), default=0)
+
+    def core_of(self, cpu: int) -> Core | None:
+        for core in self.cores:
+            if cpu in core.cpus:
+                return core
+        return None
+
+
+def _group_cores(cpus: Mapping[int, Cpu]) -> tuple[Core, ...]:
+    seen: set[int] = set()
+    cores: list[Core] = []
+    for cpu in cpus.values():
+        if not cpu.online or cpu.id in seen:
+            continue
+        threads = frozenset(t for t in (cpu.siblings | {cpu.id}) if t in cpus and cpus[t].online)
+        seen |= threads
+        cores.append(
+            Core(
+                cpus=threads,
+                package=cpu.package,
+                die=cpu.die,
+                node=cpu.node,
+                l3=cpu.l3,
+                base_frequency=cpu.base_frequency,
+                energy_performance_preference=cpu.energy_performance_preference,
+            )
+        )
+    return tuple(sorted(cores, key=lambda core: core.first))
+
+
+def build_topology(
+    cores: Iterable[Iterable[int]],
+    *,
+    node_of: Mapping[int, int] | None = None,
+    package_of: Mapping[int, int] | None = None,
+    offline: Iterable[int] = (),
+    isolated: Iterable[int] = (),
+    base_frequency: Mapping[int, int] | None = None,
+    epp: Mapping[int, str] | None = None,
+    l3_of: Mapping[int, Iterable[int]] | None = None,
+) -> Topology:
+    """A topology from literal values, for tests and synthetic benchmarks.
+
+    ``cores`` lists each core's threads; ``node_of``/``package_of`` map a CPU
+    to its NUMA node/package (default 0); per-CPU attributes are keyed by CPU.
+    """
+    offline_set = frozenset(offline)
+    cpus: dict[int, Cpu] = {}
+    for threads in cores:
+        thread_set = frozenset(threads)
+        online_threads = thread_set - offline_set
+        for cpu in thread_set:
+            online = cpu not in offline_set
+            cpus[cpu] = Cpu(
+                id=cpu,
+                online=online,
+                package=(package_of or {}).get(cpu, 0),
+                die=0,
+                node=(node_of or {}).get(cpu, 0),
+                core_id=min(thread_set),
+                siblings=online_threads if online else frozenset(),
+                l3=frozenset(l3_of[cpu]) if l3_of and cpu in l3_of else None,
+                base_frequency=(base_frequency or {}).get(cpu),
+                energy_performance_preference=(epp or {}).get(cpu),
+            )
+    return Topology(cpus=cpus, isolated=frozenset(isolated))

@@ -1,0 +1,1 @@
+"""What an operator sees of the daemon: log lines, Prometheus metrics, allocations named after the fact."""

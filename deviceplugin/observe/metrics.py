@@ -1,0 +1,188 @@
+"""Prometheus metrics of the daemon, on their own CollectorRegistry (never the global one).
+
+A registry per daemon, so tests and two daemons in one process never share
+counters. Two kinds of series:
+
+- Counted as they happen, fed by :class:`deviceplugin.events.Events`
+  (:meth:`Metrics.on_event`): ``cmk_registrations_total{resource}``,
+  ``cmk_kubelet_restarts_total``, ``cmk_allocate_duration_seconds{pool}`` and
+  ``cmk_preferred_allocation_duration_seconds{pool}`` histograms,
+  ``cmk_allocate_errors_total{pool}``, ``cmk_preferred_allocation_errors_total{pool}``.
+- Read at scrape time (:class:`PoolCollector`), so they are never stale:
+  ``cmk_pool_capacity_devices``, ``cmk_pool_allocatable_devices`` (healthy),
+  ``cmk_pool_unhealthy_devices``, ``cmk_pool_registered`` (1 while registered
+  with the kubelet now listening) from the daemon's own device tree;
+  ``cmk_pool_cpus{pool,numa_node}`` from the plan; and
+  ``cmk_pool_allocated_devices`` from the kubelet's pod resources ``List``
+  with a short timeout. When the kubelet is away (socket missing, no answer
+  in time) that one series is left out of the scrape rather than reported
+  as 0 (nothing allocated would be a lie), and ``cmk_pod_resources_up`` is 0.
+
+Pool series carry ``pool`` and ``resource`` labels (``cmk_pool_cpus``: ``pool``
+and ``numa_node``) and exist only for the pools the daemon serves. Given a
+:class:`deviceplugin.observe.cpumetrics.CpuCollector`, the scrape also carries the
+per-CPU isolation series, sharing the one pod resources read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from deviceplugin.errors import CmkError
+from deviceplugin.kubelet.podresources import (
+    DEFAULT_TIMEOUT,
+    Unavailable,
+    read_assignments,
+)
+from deviceplugin.model.assignments import Assignments
+from deviceplugin.model.cpustats import held_cpus
+from deviceplugin.model.devices import DeviceTree
+from deviceplugin.model.plan import PoolPlan
+from deviceplugin.observe.cpumetrics import CpuCollector
+
+#: Allocate answers in well under a millisecond; the top buckets catch a GC pause or a loaded node.
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+class PoolCollector(Collector):
+    """Per-pool gauges computed at scrape time from the daemon's state and the kubelet's pod resources."""
+
+    def __init__(self, *, tree: Callable[[], DeviceTree], plan: PoolPlan,
+                 registered: Callable[[], frozenset[str]], pod_resources: Path | None,
+                 timeout: float = DEFAULT_TIMEOUT, cpu_stats: CpuCollector | None = None) -> None:
+        self._tree = tree
+        self._cpu_stats = cpu_stats
+        self._plan = plan
+        self._registered = registered
+        self._pod_resources = pod_resources
+        self._timeout = timeout
+
+    def collect(self) -> Iterator[Metric]:
+        tree = self._tree()
+        labels = ["pool", "resource"]
+        families = {
+            "capacity": GaugeMetricFamily("cmk_pool_capacity_devices", "Devices the pool advertises.", labels=labels),
+            "allocatable": GaugeMetricFamily("cmk_pool_allocatable_devices",
+                                             "Healthy devices the pool advertises.", labels=labels),
+            "unhealthy": GaugeMetricFamily("cmk_pool_unhealthy_devices",
+                                           "Devices unhealthy because a CPU of theirs is offline.", labels=labels),
+            "registered": GaugeMetricFamily("cmk_pool_registered",
+                                            "1 while the pool is registered with the kubelet now listening.",
+                                            labels=labels),
+        }
+        registered = self._registered()
+        for resource, devices in tree.items():
+            key = [str(devices.pool), resource]
+            families["capacity"].add_metric(key, len(devices.devices))
+            families["allocatable"].add_metric(key, devices.healthy)
+            families["unhealthy"].add_metric(key, len(devices.devices) - devices.healthy)
+            families["registered"].add_metric(key, 1 if resource in registered else 0)
+        yield from families.values()
+        yield self._cpus(tree)
+        yield from self._allocated(tree)
+
+    def _cpus(self, tree: DeviceTree) -> Metric:
+        family = GaugeMetricFamily("cmk_pool_cpus", "CPUs (hardware threads) in the pool per NUMA node.",
+                                   labels=["pool", "numa_node"])
+        for devices in tree.values():
+            per_node: dict[str, int] = {}
+            for core in self._plan.pools[devices.pool]:
+                node = "unknown" if core.node is None else str(core.node)
+                per_node[node] = per_node.get(node, 0) + len(core.cpus)
+            for node, count in sorted(per_node.items()):
+                family.add_metric([str(devices.pool), node], count)
+        return family
+
+    def _assignments(self, tree: DeviceTree) -> Assignments | None:
+        if self._pod_resources is None:
+            return None
+        try:
+            return read_assignments(self._pod_resources, resources=tree, allocatable=False, timeout=self._timeout)
+        except Unavailable:
+            return None
+
+    def _allocated(self, tree: DeviceTree) -> Iterator[Metric]:
+        assignments = self._assignments(tree)
+        up = GaugeMetricFamily("cmk_pod_resources_up",
+                               "1 if the last scrape read the kubelet's pod resources API, else 0.")
+        up.add_metric([], 0 if assignments is None else 1)
+        yield up
+        if self._cpu_stats is not None:  # one pod resources read per scrape serves both
+            yield from self._cpu_stats.families(None if assignments is None else held_cpus(tree, assignments.held))
+        if assignments is None:
+            return
+        allocated = GaugeMetricFamily("cmk_pool_allocated_devices",
+                                      "Devices held by containers (kubelet pod resources List).",
+                                      labels=["pool", "resource"])
+        for resource, devices in tree.items():
+            held = assignments.held(resource) & devices.devices.keys()
+            allocated.add_metric([str(devices.pool), resource], len(held))
+        yield allocated
+
+
+class Metrics:
+    """The daemon's registry: event-fed counters and histograms plus a :class:`PoolCollector`."""
+
+    def __init__(self, collector: PoolCollector, tree: DeviceTree) -> None:
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self.registrations = Counter("cmk_registrations", "Successful registrations with the kubelet.",
+                                     ["resource"], registry=registry)
+        self.kubelet_restarts = Counter("cmk_kubelet_restarts", "Kubelet restarts the daemon reacted to.",
+                                        registry=registry)
+        self.allocate_seconds = Histogram("cmk_allocate_duration_seconds", "Time to answer Allocate.",
+                                          ["pool"], buckets=LATENCY_BUCKETS, registry=registry)
+        self.preferred_seconds = Histogram("cmk_preferred_allocation_duration_seconds",
+                                           "Time to answer GetPreferredAllocation.", ["pool"],
+                                           buckets=LATENCY_BUCKETS, registry=registry)
+        self.allocate_errors = Counter("cmk_allocate_errors", "Allocate requests refused (the pod is rejected).",
+                                       ["pool"], registry=registry)
+        self.preferred_errors = Counter("cmk_preferred_allocation_errors",
+                                        "GetPreferredAllocation requests refused.", ["pool"], registry=registry)
+        for resource, devices in tree.items():  # every series exists from the start, at 0
+            pool = str(devices.pool)
+            self.registrations.labels(resource)
+            self.allocate_seconds.labels(pool)
+            self.allocate_errors.labels(pool)
+            if devices.preferred_allocation:
+                self.preferred_seconds.labels(pool)
+                self.preferred_errors.labels(pool)
+        registry.register(collector)
+
+    def on_event(self, event: str, fields: Mapping[str, object]) -> None:
+        """An :data:`deviceplugin.events.Listener`: count and time what the daemon reports."""
+        if event == "registered":
+            self.registrations.labels(fields["resource"]).inc()
+        elif event == "kubelet_restart":
+            self.kubelet_restarts.inc()
+        elif event in ("allocated", "allocate_refused"):
+            self.allocate_seconds.labels(fields["pool"]).observe(float(fields["seconds"]))  # type: ignore[arg-type]
+            if event == "allocate_refused":
+                self.allocate_errors.labels(fields["pool"]).inc()
+        elif event in ("preferred_allocation", "preferred_allocation_refused"):
+            self.preferred_seconds.labels(fields["pool"]).observe(float(fields["seconds"]))  # type: ignore[arg-type]
+            if event == "preferred_allocation_refused":
+                self.preferred_errors.labels(fields["pool"]).inc()
+
+
+@contextmanager
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> Iterator[tuple[str, int]]:
+    """Serve ``/metrics`` in a thread while the block runs; yields the bound (host, port) (port 0 picks one)."""
+    try:
+        server, thread = start_http_server(port, host, registry=registry)
+    except OSError as err:
+        raise CmkError(f"cannot serve metrics on {host}:{port}: {err.strerror} "
+                       "(pick a free port with --metrics-address)") from None
+    try:
+        bound = server.server_address
+        yield str(bound[0]), int(bound[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

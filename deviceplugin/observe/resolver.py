@@ -1,0 +1,115 @@
+"""Name the pod and container behind an allocation, after the fact, from the kubelet's pod resources.
+
+The kubelet's Allocate request carries device IDs only, never the pod or
+container, so the ``allocated`` log line cannot name them. This listener
+queues each allocation and, in its own thread (never inside Allocate),
+asks pod resources ``List`` a moment later which container holds those IDs,
+then emits ``allocation_resolved``. It retries a few times (:data:`DELAYS`)
+while the kubelet finishes admitting; an allocation never seen (the pod was
+rejected by another plugin, or deleted at once) ends with a debug line, and
+with the kubelet away the queued ones are dropped with a debug line.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from deviceplugin.events import Events
+from deviceplugin.kubelet.podresources import Unavailable, read_assignments
+from deviceplugin.model.assignments import Holding
+
+log = logging.getLogger(__name__)
+
+#: Seconds to wait before each look-up: admission usually completes within the first.
+DELAYS = (0.5, 1.0, 2.0, 4.0)
+
+#: (look-ups made, monotonic time the next is due, the ``allocated`` event's fields)
+_Pending = tuple[int, float, Mapping[str, object]]
+
+
+class AllocationResolver:
+    """Batches: one List per round answers every allocation queued meanwhile, however many pods arrive."""
+
+    def __init__(self, events: Events, socket: Path, *, delays: Sequence[float] = DELAYS,
+                 timeout: float = 1.0) -> None:
+        self._events = events
+        self._socket = socket
+        self._delays = tuple(delays)
+        self._timeout = timeout
+        self._queue: queue.Queue[Mapping[str, object] | None] = queue.Queue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cmk-resolver", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._queue.put(None)
+        self._thread.join()
+
+    def on_event(self, event: str, fields: Mapping[str, object]) -> None:
+        if event == "allocated":
+            self._queue.put(dict(fields))
+
+    def _take(self, pending: list[_Pending], block: bool) -> None:
+        """Move queued allocations into ``pending``, each due for its first look-up after ``delays[0]``."""
+        while True:
+            try:
+                fields = self._queue.get(block=block)
+            except queue.Empty:
+                return
+            if fields is None:
+                return
+            pending.append((0, time.monotonic() + self._delays[0], fields))
+            block = False
+
+    def _run(self) -> None:
+        pending: list[_Pending] = []
+        while not self._stop.is_set():
+            self._take(pending, block=not pending)
+            if self._stop.is_set() or not pending:
+                continue
+            if self._stop.wait(max(0.0, min(due for _, due, _ in pending) - time.monotonic())):
+                return
+            self._take(pending, block=False)
+            try:
+                holdings = read_assignments(self._socket, allocatable=False, timeout=self._timeout).holdings
+            except Unavailable as err:
+                log.debug("cannot name the holders of %d allocations: %s", len(pending), err)
+                pending = []
+                continue
+            pending = self._after_lookup(pending, holdings, time.monotonic())
+
+    def _after_lookup(self, pending: list[_Pending], holdings: Sequence[Holding], now: float) -> list[_Pending]:
+        """Drop the resolved; an allocation not yet due keeps its attempts (another's turn came)."""
+        still: list[_Pending] = []
+        for attempts, due, fields in pending:
+            if self._resolve(fields, holdings):
+                continue
+            if due > now:
+                still.append((attempts, due, fields))
+                continue
+            attempts += 1
+            if attempts >= len(self._delays):
+                log.debug("allocation of %s %s never appeared in pod resources", fields["resource"], fields["devices"])
+                continue
+            still.append((attempts, now + self._delays[attempts], fields))
+        return still
+
+    def _resolve(self, fields: Mapping[str, object], holdings: Sequence[Holding]) -> bool:
+        resource, ids = str(fields["resource"]), set(fields["devices"])  # type: ignore[call-overload]
+        holders = [h for h in holdings if h.resource == resource and ids <= set(h.device_ids)]
+        for h in holders:
+            self._events.emit(
+                "allocation_resolved",
+                f"{resource} {','.join(h.device_ids)} (CPUs {fields['cpus']}) held by "
+                f"{h.namespace}/{h.pod} container {h.container}",
+                pool=fields["pool"], resource=resource, devices=list(h.device_ids), cpus=fields["cpus"],
+                namespace=h.namespace, pod=h.pod, container=h.container)
+        return bool(holders)

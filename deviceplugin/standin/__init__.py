@@ -1,0 +1,34 @@
+"""A kubelet stand-in (device manager, registration, pod resources) for ``cmk demo`` and the protocol tests.
+
+It behaves as ``docs/kubelet-contract.md`` says a real kubelet does, and is
+never more lenient, so a plugin that passes against it passes against a
+kubelet. Import the pieces from here.
+"""
+
+from deviceplugin.standin.answers import Conflict, ContainerAnswer, DeviceNode, Mount
+from deviceplugin.standin.nodedevices import Device
+from deviceplugin.standin.plugin_client import PluginOptions
+from deviceplugin.standin.pods import (
+    AdmissionError,
+    AdmittedContainer,
+    AdmittedPod,
+    ContainerSpec,
+    PodSpec,
+)
+from deviceplugin.standin.standin import Kubelet, Registration
+
+__all__ = [
+    "AdmissionError",
+    "AdmittedContainer",
+    "AdmittedPod",
+    "Conflict",
+    "ContainerAnswer",
+    "ContainerSpec",
+    "Device",
+    "DeviceNode",
+    "Kubelet",
+    "Mount",
+    "PluginOptions",
+    "PodSpec",
+    "Registration",
+]

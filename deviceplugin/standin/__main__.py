@@ -1,0 +1,42 @@
+"""``python -m deviceplugin.standin --plugin-dir DIR``: run the stand-in by hand until SIGTERM or Ctrl-C.
+
+For trying a device plugin without a cluster: it logs every registration
+and every capacity change, nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from deviceplugin.errors import CmkError
+from deviceplugin.standin.standin import Kubelet
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deviceplugin.standin", description=__doc__.splitlines()[0])
+    parser.add_argument("--plugin-dir", type=Path, required=True, help="device plugin directory to serve kubelet.sock in")
+    parser.add_argument("--pod-resources-socket", type=Path, help="also serve the pod resources API on this socket")
+    parser.add_argument("--grace-period", type=float, default=300.0, help="seconds a resource keeps its capacity after its stream ends")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    try:
+        kubelet = Kubelet(args.plugin_dir, pod_resources_socket=args.pod_resources_socket, grace_period=args.grace_period)
+        kubelet.start()
+    except (CmkError, OSError) as error:
+        print(f"kubelet stand-in: {error}", file=sys.stderr)
+        return 2
+    stopping.wait()
+    kubelet.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
