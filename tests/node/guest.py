@@ -272,9 +272,11 @@ def check_hotplug(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> 
     kubelet.delete_pod("hotplug")
     cpu = max(core)
     online_file = SYS / f"cpu/cpu{cpu}/online"
-    latencies = {}
+    latencies: dict[str, float] = {}
+    written: dict[str, float] = {}
     for value, health in (("0", "Unhealthy"), ("1", "Healthy")):
         start = time.monotonic()
+        written[health] = time.time()
         online_file.write_text(value)
         kubelet.wait_for(partial(_health_is, kubelet, resource, device.id, health), timeout=30,
                          what=f"{device.id} {health} after cpu{cpu}/online={value}")
@@ -285,9 +287,23 @@ def check_hotplug(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> 
     for action in ("offline", "online"):
         expect(f"kernel uevent: cpu{cpu} {action}" in log,
                f"no 'kernel uevent: cpu{cpu} {action}' in the daemon's log:\n" + log[-2000:])
-    figures["hotplug_seconds"] = {"cpu": cpu, "device": device.id, **latencies}
-    return (f"cpu{cpu} offline -> {device.id} Unhealthy in {latencies['Unhealthy']:.3f} s, online -> Healthy in "
-            f"{latencies['Healthy']:.3f} s (kernel uevents)")
+    # Where the time goes: the daemon's log line for the uevent carries the time it was read.
+    uevent = {health: round(_logged_at(log, f"kernel uevent: cpu{cpu} {action}") - written[health], 3)
+              for health, action in (("Unhealthy", "offline"), ("Healthy", "online"))}
+    figures["hotplug_seconds"] = {"cpu": cpu, "device": device.id, "to_health": latencies,
+                                  "to_daemon_reading_the_uevent": uevent}
+    return (f"cpu{cpu} offline -> {device.id} Unhealthy at the stand-in in {latencies['Unhealthy']:.3f} s "
+            f"(uevent read by the daemon after {uevent['Unhealthy']:.3f} s), online -> Healthy in "
+            f"{latencies['Healthy']:.3f} s (uevent after {uevent['Healthy']:.3f} s)")
+
+
+def _logged_at(log: str, message: str) -> float:
+    """The ``time=`` of the daemon's first log line holding ``message``, as a UNIX time."""
+    from datetime import datetime
+
+    line = next(line for line in log.splitlines() if message in line)
+    stamp = line.split("time=", 1)[1].split()[0].strip('"')
+    return datetime.fromisoformat(stamp).timestamp()
 
 
 def _pinner(node: Node, argv: list[str]) -> str:
