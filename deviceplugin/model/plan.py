@@ -104,6 +104,13 @@ class PoolPlan:
     def cpus(self, pool: Pool) -> frozenset[int]:
         return frozenset(cpu for core in self.pools[pool] for cpu in core.cpus)
 
+    @property
+    def all_cores(self) -> tuple[Core, ...]:
+        """Every online core the planner saw, in a pool or not, ordered by first CPU."""
+        cores = {core for pool in self.pools.values() for core in pool}
+        cores.update(self.partially_isolated, self.unused_isolated)
+        return tuple(sorted(cores, key=lambda core: core.first))
+
     def advertised(self, pool: Pool) -> int:
         """How many devices the pool's plugin advertises (0: the pool is not served)."""
         cores = self.pools[pool]
