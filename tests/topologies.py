@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
+from deviceplugin.model.topology import Cpu, Topology
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 
 FIXTURES = Path(
@@ -49,3 +51,10 @@ def set_online(sysfs: Path, cpu: int, online: bool) -> None:
         cpus = set(parse_cpu_list(listing.read_text()))
         cpus = cpus | {cpu} if online else cpus - {cpu}
         listing.write_text(format_cpu_list(cpus) + "\n")
+
+
+def offline_view(full: Topology, offline: frozenset[int], isolated: frozenset[int] | None = None) -> Topology:
+    """``full`` as discovery reads it with ``offline`` CPUs down: no placement for them, siblings without them."""
+    cpus = {n: Cpu(id=n, online=False) if n in offline else replace(c, siblings=c.siblings - offline)
+            for n, c in full.cpus.items()}
+    return Topology(cpus=cpus, isolated=full.isolated if isolated is None else isolated, nohz_full=full.nohz_full)

@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from deviceplugin.kubelet.podresources import Unavailable, read_assignments
     from deviceplugin.model.devices import device_tree
+    from deviceplugin.model.withheld import withheld_cores
     from deviceplugin.view.live import live_data, unavailable
 
     apply_config(args, load_config(args.config) if args.config else {})
@@ -51,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
     socket = str(args.pod_resources_socket)
     try:
         assignments = read_assignments(args.pod_resources_socket, resources=tree)
+        # As the daemon does at its start: cores still held under another ID or pool are in no pool.
+        withheld = withheld_cores(plan, {resource: assignments.held(resource) for resource in tree})
+        tree = device_tree(plan, topology.online, frozenset(w.core for w in withheld))
         data["live"] = live_data(tree, assignments, socket, topology.offline)
+        data["live"]["notes"] += [w.message for w in withheld]
     except Unavailable as err:
         data["live"] = unavailable(socket, str(err))
     if args.output == "json":

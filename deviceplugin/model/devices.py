@@ -135,14 +135,18 @@ def _nodes(cores: Iterable[Core]) -> frozenset[int]:
 
 
 def pool_devices(plan: PoolPlan, pool: Pool, online: frozenset[int],
-                 names: Mapping[Core, str] | None = None) -> PoolDevices | None:
+                 names: Mapping[Core, str] | None = None,
+                 withheld: frozenset[Core] = frozenset()) -> PoolDevices | None:
     """The pool's devices with health from ``online``; None when the pool has no CPUs.
 
     ``names`` are :func:`core_device_ids` of the plan's cores (computed here when not given).
+    ``withheld`` cores (:mod:`deviceplugin.model.withheld`) are in no device: a core pool does not
+    advertise them, a slot pool's CPUs leave them out (no CPUs left: its slots are Unhealthy).
     """
-    cores = plan.pools[pool]
-    if not cores:
+    planned = plan.pools[pool]
+    if not planned:
         return None
+    cores = [core for core in planned if core not in withheld]
     if pool in CORE_POOLS:
         names = names if names is not None else core_device_ids(plan.all_cores)
         by_id = {names[core]: core for core in cores}
@@ -152,9 +156,9 @@ def pool_devices(plan: PoolPlan, pool: Pool, online: frozenset[int],
         }
     else:
         by_id = {}
-        cpus = plan.cpus(pool)
+        cpus = frozenset(cpu for core in cores for cpu in core.cpus)
         nodes = _nodes(cores)
-        healthy = cpus <= online
+        healthy = bool(cpus) and cpus <= online
         devices = {
             device_id: Device(device_id, cpus, nodes, healthy)
             for device_id in slot_device_ids(pool, plan.advertised(pool))
@@ -162,12 +166,12 @@ def pool_devices(plan: PoolPlan, pool: Pool, online: frozenset[int],
     return PoolDevices(pool, RESOURCE_NAMES[pool], MappingProxyType(devices), MappingProxyType(by_id))
 
 
-def device_tree(plan: PoolPlan, online: frozenset[int]) -> DeviceTree:
+def device_tree(plan: PoolPlan, online: frozenset[int], withheld: frozenset[Core] = frozenset()) -> DeviceTree:
     """Every served pool's snapshot, in the plan's pool order."""
     tree = {}
     names = core_device_ids(plan.all_cores)
     for pool in Pool:
-        devices = pool_devices(plan, pool, online, names)
+        devices = pool_devices(plan, pool, online, names, withheld)
         if devices is not None:
             tree[devices.resource] = devices
     return MappingProxyType(tree)

@@ -6,7 +6,6 @@ advertised anew as free, so one renamed core is one core handed out twice.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,7 @@ import pytest
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.devices import core_device_ids, device_tree, legacy_core_cpus
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool, plan_pools
-from deviceplugin.model.topology import Cpu, Topology
-from tests.topologies import FIXTURES, fixture_copy, set_online
+from tests.topologies import FIXTURES, fixture_copy, offline_view, set_online
 
 EXCLUSIVE = RESOURCE_NAMES[Pool.EXCLUSIVE]
 DUMPS = sorted(d.name for d in FIXTURES.iterdir() if (d / "sys").is_dir())
@@ -48,17 +46,6 @@ def test_xeon_d_core_1_9_keeps_its_id_when_cpu_9_is_offline_at_start(tmp_path):
     assert before.cores[core_1].cpus == {1, 9} and after.cores[core_1].cpus == {1}
 
 
-def offline_thread(topology: Topology, cpu: int) -> Topology:
-    """The topology as the kernel shows it with ``cpu`` offline: no placement for it, siblings without it."""
-    cpus: dict[int, Cpu] = {}
-    for number, info in topology.cpus.items():
-        if number == cpu:
-            cpus[number] = Cpu(id=number, online=False)
-        else:
-            cpus[number] = replace(info, siblings=info.siblings - {cpu})
-    return Topology(cpus=cpus, isolated=topology.isolated, nohz_full=topology.nohz_full)
-
-
 @pytest.mark.parametrize("name", DUMPS)
 def test_every_core_keeps_its_id_whichever_single_thread_is_offline(name):
     topology = discover(FIXTURES / name / "sys", FIXTURES / name / "proc")
@@ -72,7 +59,7 @@ def test_every_core_keeps_its_id_whichever_single_thread_is_offline(name):
            and len({topology.cpus[cpu].core_id for cpu in core.cpus}) == 1]
     for core in smt[:8]:
         for cpu in sorted(core.cpus):
-            changed = offline_thread(topology, cpu)
+            changed = offline_view(topology, frozenset({cpu}))
             renamed = {frozenset(c.cpus | {cpu} if c.cpus < core.cpus else c.cpus): n
                        for c, n in core_device_ids(changed.cores).items()}
             assert renamed == {frozenset(c.cpus): n for c, n in names.items()}, (name, cpu)
