@@ -24,7 +24,10 @@ restart, kubelet restart, reboot or upgrade would be handed out twice.
   back so that an upgraded daemon keeps cores the kubelet still holds under
   an old ID out of every pool (:mod:`deviceplugin.model.withheld`).
 - slot pools (``shared``, ``infra``): ``shared-000`` ... ``shared-109``
-  (zero-padded to at least three digits so they sort as numbers).
+  (zero-padded to at least three digits so they sort as numbers), each
+  giving the whole pool; with slot scope ``numa-node`` each NUMA node's
+  slots apart, ``shared-n1-000`` ..., each giving that node's pool CPUs and
+  carrying only that node (:class:`deviceplugin.model.plan.SlotScope`).
 
 Nothing but :func:`legacy_core_cpus` reads meaning from an ID's text: the
 cores behind IDs come from :attr:`PoolDevices.cores`. Every ID is at most 63
@@ -42,7 +45,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from deviceplugin.model.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
+from deviceplugin.model.plan import (
+    CORE_POOLS,
+    DEFAULT_SLOTS,
+    RESOURCE_NAMES,
+    Pool,
+    PoolPlan,
+)
 from deviceplugin.model.topology import Core
 from pinner.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 
@@ -125,9 +134,11 @@ def legacy_core_cpus(device_id: str) -> frozenset[int] | None:
         return None
 
 
-def slot_device_ids(pool: Pool, count: int) -> list[str]:
+def slot_device_ids(pool: Pool, count: int, node: int | None = None) -> list[str]:
+    """``shared-000``...; with a NUMA node (slot scope ``numa-node``) ``shared-n1-000``..."""
     width = max(3, len(str(count - 1)))
-    return [f"{pool.value}-{index:0{width}d}" for index in range(count)]
+    prefix = pool.value if node is None else f"{pool.value}-n{node}"
+    return [f"{prefix}-{index:0{width}d}" for index in range(count)]
 
 
 def _nodes(cores: Iterable[Core]) -> frozenset[int]:
@@ -156,13 +167,13 @@ def pool_devices(plan: PoolPlan, pool: Pool, online: frozenset[int],
         }
     else:
         by_id = {}
-        cpus = frozenset(cpu for core in cores for cpu in core.cpus)
-        nodes = _nodes(cores)
-        healthy = bool(cpus) and cpus <= online
-        devices = {
-            device_id: Device(device_id, cpus, nodes, healthy)
-            for device_id in slot_device_ids(pool, plan.advertised(pool))
-        }
+        devices = {}
+        for node, group in plan.slot_groups(pool).items():
+            kept = [core for core in group if core not in withheld]
+            cpus = frozenset(cpu for core in kept for cpu in core.cpus)
+            nodes, healthy = _nodes(group), bool(cpus) and cpus <= online
+            count = plan.slots.get(pool, DEFAULT_SLOTS)
+            devices.update((i, Device(i, cpus, nodes, healthy)) for i in slot_device_ids(pool, count, node))
     return PoolDevices(pool, RESOURCE_NAMES[pool], MappingProxyType(devices), MappingProxyType(by_id))
 
 

@@ -57,6 +57,7 @@ def allocatable_devices(healthy: dict[str, list[Device]]) -> list[pb.ContainerDe
         pb.ContainerDevices(resource_name=resource, device_ids=[device.id], topology=_topology(node))
         for resource, devices in sorted(healthy.items())
         for device in sorted(devices, key=lambda d: d.id)
+        if not device.empty_topology  # present but empty: the kubelet lists it under no node, not even "none"
         for node in device.numa_nodes or (_NO_TOPOLOGY,)
     ]
 
