@@ -32,9 +32,12 @@ class AdmissionError(CmkError):
 
 @dataclass(frozen=True)
 class ContainerSpec:
+    """``restart_always`` on an init container makes it a sidecar (``restartPolicy: Always``)."""
+
     name: str
     command: tuple[str, ...] = ()
     limits: Mapping[str, int] = field(default_factory=dict)
+    restart_always: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "command", tuple(self.command))
@@ -67,6 +70,7 @@ class AdmittedContainer:
     devices: Mapping[str, tuple[Device, ...]]
     answer: ContainerAnswer
     conflicts: tuple[Conflict, ...] = ()
+    sidecar: bool = False
 
     @property
     def device_ids(self) -> dict[str, tuple[str, ...]]:
@@ -92,6 +96,11 @@ class AdmittedPod:
     @property
     def app_containers(self) -> tuple[AdmittedContainer, ...]:
         return tuple(c for c in self.containers if not c.init)
+
+    @property
+    def listed_containers(self) -> tuple[AdmittedContainer, ...]:
+        """What pod resources ``List`` shows: sidecars and app containers, never plain init containers."""
+        return tuple(c for c in self.containers if not c.init or c.sidecar)
 
     def ids_in_use(self, resource: str) -> set[str]:
         return {d.id for c in self.containers for d in c.devices.get(resource, ())}

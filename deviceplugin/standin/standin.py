@@ -140,6 +140,7 @@ class Kubelet:
         workers: int = 16,
         topology_policy: TopologyPolicy = TopologyPolicy.NONE,
         numa_nodes: Sequence[int] = (0,),
+        pod_resources_get: bool = False,
     ) -> None:
         self.plugin_dir = Path(plugin_dir)
         self.socket = self.plugin_dir / KUBELET_SOCKET_NAME
@@ -163,6 +164,7 @@ class Kubelet:
         self._violations: list[str] = []
         self.topology_policy = TopologyPolicy(topology_policy)
         self.numa_nodes = tuple(sorted(numa_nodes))
+        self.pod_resources_get = pod_resources_get  # the KubeletPodResourcesGet gate: on from 1.34
 
     # -- life cycle -------------------------------------------------------
 
@@ -177,7 +179,7 @@ class Kubelet:
         if self.pod_resources_socket is not None:
             self.pod_resources_socket.parent.mkdir(parents=True, exist_ok=True)
             self.pod_resources_socket.unlink(missing_ok=True)
-            servicer = PodResourcesServicer(self.pods, self._healthy_devices)
+            servicer = PodResourcesServicer(self.pods, self._healthy_devices, get_enabled=self.pod_resources_get)
             servers.append(
                 self._serve(self.pod_resources_socket, lambda s: podresources_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, s))
             )
@@ -393,7 +395,7 @@ class Kubelet:
                     admitted = self._admit_container(spec, init, reusable, held)
                     containers.append(admitted)
                     for resource, ids in admitted.device_ids.items():
-                        if init:  # the kubelet's devicesToReuse: init devices pass on to later containers
+                        if init and not spec.restart_always:  # devicesToReuse: plain init devices pass on
                             reusable.setdefault(resource, set()).update(ids)
                         else:
                             reusable.get(resource, set()).difference_update(ids)
@@ -438,7 +440,8 @@ class Kubelet:
         merged, conflicts = merge_answers(spec.name, answers)
         for conflict in conflicts:
             log.warning("%s", conflict)
-        return AdmittedContainer(spec.name, spec.command, init, devices, merged, tuple(conflicts))
+        return AdmittedContainer(spec.name, spec.command, init, devices, merged, tuple(conflicts),
+                                 sidecar=init and spec.restart_always)
 
     def _topology_hint(self, spec: ContainerSpec, reusable: dict[str, set[str]],
                        held: dict[str, set[str]]) -> Hint | None:

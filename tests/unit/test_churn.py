@@ -34,6 +34,7 @@ from deviceplugin.model.plan import (
     PlanError,
     PlanOptions,
     Pool,
+    SlotScope,
     plan_pools,
 )
 from deviceplugin.model.policy import preferred_allocation
@@ -169,7 +170,8 @@ class Node:
 
 def random_plan(rng: random.Random) -> PlanOptions:
     return PlanOptions(num_exclusive_cores=rng.randint(0, 4), num_shared_cores=rng.randint(0, 2),
-                       shared_slots=rng.choice([4, 110]), infra_slots=rng.choice([4, 110]))
+                       shared_slots=rng.choice([4, 110]), infra_slots=rng.choice([4, 110]),
+                       slot_scope=rng.choice(list(SlotScope)))
 
 
 def run_churn(seed: int, events: int = EVENTS) -> Node:
