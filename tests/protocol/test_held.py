@@ -22,7 +22,7 @@ from deviceplugin.model.plan import PlanOptions
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import parse_cpu_list
 from tests.protocol.test_daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
-from tests.topologies import fixture_copy
+from tests.topologies import fixture_copy, take_offline_as_the_kernel_does
 
 INSTALL_DIR = "/opt/cmk-test"
 
@@ -142,3 +142,17 @@ def test_describe_names_the_withheld_core(kubelet, run_daemon, tmp_path, caplog)
                           "--num-shared-cores", "2", "--pod-resources-socket", str(kubelet.pod_resources_socket)],
                          cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout
     assert "note: core {2,10} withheld from shared: cmk.intel.com/exclusive-cores core-n0-p0-c2 is still held" in out
+
+
+def test_a_core_held_across_a_restart_with_one_thread_offline_is_not_free(kubelet, run_daemon):
+    """The issue's first defect: with CPU 9 offline at start, core {1,9} came back as a new, free ID."""
+    first, _ = run_daemon(num_exclusive_cores=3, num_shared_cores=1)
+    wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
+    holder = kubelet.admit(PodSpec("holder", (ContainerSpec("app", limits={EXCLUSIVE: 3}),)))
+    before = sorted(kubelet.devices(EXCLUSIVE))
+    take_offline_as_the_kernel_does(first.settings.sysfs_root, 9)
+    replace_daemon(kubelet, run_daemon, first, num_exclusive_cores=3, num_shared_cores=1)
+    assert sorted(kubelet.devices(EXCLUSIVE)) == before  # the same IDs: the kubelet still counts them taken
+    with pytest.raises(AdmissionError, match="Requested: 1, Available: 0"):
+        kubelet.admit(PodSpec("second", (ContainerSpec("app", limits={EXCLUSIVE: 1}),)))
+    assert cpus(holder.container("app").envs["CMK_CPUS_EXCLUSIVE"]) == {0, 1, 2, 8, 9, 10}

@@ -6,31 +6,20 @@ advertised anew as free, so one renamed core is one core handed out twice.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.devices import core_device_ids, device_tree, legacy_core_cpus
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool, plan_pools
-from tests.topologies import FIXTURES, fixture_copy, offline_view, set_online
+from tests.topologies import (
+    FIXTURES,
+    fixture_copy,
+    offline_view,
+    take_offline_as_the_kernel_does,
+)
 
 EXCLUSIVE = RESOURCE_NAMES[Pool.EXCLUSIVE]
 DUMPS = sorted(d.name for d in FIXTURES.iterdir() if (d / "sys").is_dir())
-
-
-def take_offline_as_the_kernel_does(sysfs: Path, cpu: int) -> None:
-    """``cpuN/online`` 0, its ``topology/`` folder gone, and its siblings' lists without it."""
-    set_online(sysfs, cpu, False)
-    cpu_dir = sysfs / "devices/system/cpu"
-    topology = cpu_dir / f"cpu{cpu}/topology"
-    siblings = {int(x) for x in (topology / "thread_siblings_list").read_text().replace("-", ",").split(",")}
-    for path in sorted(topology.iterdir()):
-        path.unlink()
-    topology.rmdir()
-    for sibling in siblings - {cpu}:
-        (cpu_dir / f"cpu{sibling}/topology/thread_siblings_list").write_text(f"{sibling}\n")
-        (cpu_dir / f"cpu{sibling}/topology/thread_siblings").write_text(f"{1 << sibling:x}\n")
 
 
 def test_xeon_d_core_1_9_keeps_its_id_when_cpu_9_is_offline_at_start(tmp_path):
