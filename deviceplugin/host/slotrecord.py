@@ -6,8 +6,9 @@ plan. So the daemon writes down the CPUs its slots handed out, and the next
 daemon reads them back to keep those cores out of other pools until the
 slots are freed (:mod:`deviceplugin.model.withheld`). One small JSON file
 in the device plugin directory (the kubelet deletes only sockets there):
-``{"cmk.intel.com/shared": "3,11", ...}``. A missing or unreadable record
-means "as planned now": the daemon says so in one line and goes on.
+``{"cmk.intel.com/shared": "3,11", ...}``. A missing record means "as planned
+now", and so does an unreadable one after one warning line. Releases before
+2026-12 wrote none, so their upgrade must keep the pool flags.
 """
 
 from __future__ import annotations
