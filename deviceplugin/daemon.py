@@ -4,8 +4,14 @@ Like Intel's device plugin framework, the concrete part produces a snapshot
 device tree (:func:`deviceplugin.model.devices.device_tree`) and the supervisor
 diffs it against what it serves. The set of resources is fixed by the plan
 made at start (device IDs must not move under the kubelet's checkpoint), so
-later snapshots differ only in health: the supervisor pushes them to the
-running servers, which stream them to the kubelet.
+later snapshots differ only in health and in withheld cores: the supervisor
+pushes them to the running servers, which stream them to the kubelet.
+
+Before serving (at start and after each kubelet restart) it reads pod
+resources: a core the kubelet still holds under an ID of an older release,
+or in a pool the plan has moved it out of, is withheld from every pool
+(:mod:`deviceplugin.model.withheld`) and pod resources is re-read every
+``held_recheck`` seconds until the holder is gone.
 
 Every event goes through one queue and one thread, coalesced in batches, so
 a burst (the kubelet deleting four sockets, then creating ``kubelet.sock``;
@@ -43,12 +49,19 @@ from deviceplugin.host.watchers import PluginDirWatcher, cpu_watcher
 from deviceplugin.kubelet.registration import Registrar, Registration, socket_identity
 from deviceplugin.kubelet.server import PoolServer, Preference, options_message
 from deviceplugin.model.devices import DeviceTree, device_tree, health_changes
-from deviceplugin.model.plan import PlanOptions, PoolPlan, plan_pools
+from deviceplugin.model.plan import (
+    RESOURCE_NAMES,
+    PlanOptions,
+    PoolPlan,
+    plan_pools,
+)
+from deviceplugin.model.topology import Core
+from deviceplugin.model.withheld import Withheld, learn_holds
 from pinner.cpulist import format_cpu_list
 
 log = logging.getLogger(__name__)
 
-_CPUS, _KUBELET, _STOP = "cpus", "kubelet", "stop"
+_CPUS, _KUBELET, _STOP, _HELD = "cpus", "kubelet", "stop", "held"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +73,10 @@ class DaemonSettings:
     plan: PlanOptions = field(default_factory=PlanOptions)
     #: Where to write the CDI spec whose hook confines containers; None: no CDI (the CLI defaults to on).
     cdi_dir: Path | None = None
+    #: The kubelet's pod resources socket, read before serving to learn which devices are held; None: not read.
+    pod_resources_socket: Path | None = None
+    #: Seconds between re-reads of pod resources while a core is withheld (to put it back once freed).
+    held_recheck: float = 10.0
 
 
 def socket_name(resource: str) -> str:
@@ -98,6 +115,10 @@ class Daemon:
         self._thread = threading.Thread(target=self._loop, name="cmk-supervisor", daemon=True)
         self._watchers: list = []
         self._cdi_written = False
+        self.withheld: tuple[Withheld, ...] = ()
+        self._online = topology.online
+        self._slots_before: dict[str, frozenset[int]] | None = None
+        self._slots_held_at_start: dict[str, frozenset[str]] | None = None
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -182,6 +203,7 @@ class Daemon:
     # --- serving --------------------------------------------------------------------------
 
     def _serve(self) -> None:
+        self._learn_held()  # before any device is advertised: a held core must not look free
         registrations = []
         for resource, devices in self.tree.items():
             server = PoolServer(devices, socket_path=self.settings.kubelet_dir / socket_name(resource),
@@ -213,9 +235,18 @@ class Daemon:
 
     # --- events ---------------------------------------------------------------------------
 
+    def _next_event(self) -> tuple[str, str]:
+        """The next event; while a core is withheld, a re-read of pod resources every ``held_recheck`` s."""
+        if not self.withheld:
+            return self._events.get()
+        try:
+            return self._events.get(timeout=self.settings.held_recheck)
+        except queue.Empty:
+            return (_HELD, "")
+
     def _loop(self) -> None:
         while True:
-            batch = {self._events.get()}
+            batch = {self._next_event()}
             while True:
                 try:
                     batch.add(self._events.get_nowait())
@@ -224,6 +255,8 @@ class Daemon:
             if (_STOP, "") in batch:
                 return
             try:
+                if (_HELD, "") in batch:
+                    self._learn_held()
                 if any(kind == _CPUS for kind, _ in batch):
                     self._refresh()
                 if any(kind == _KUBELET for kind, _ in batch) and self._kubelet_restarted(batch):
@@ -257,7 +290,10 @@ class Daemon:
         except CmkError as err:  # a sysfs file caught mid-change: the next event re-reads
             log.warning("re-reading CPUs failed: %s", err)
             return
-        new = device_tree(self.plan, topology.online)
+        self._push(device_tree(self.plan, topology.online, self._withheld_cores()), topology.online)
+
+    def _push(self, new: DeviceTree, online: frozenset[int]) -> None:
+        """Serve ``new``: changed snapshots go to their servers (health changes are logged)."""
         for resource, devices in new.items():
             old = self.tree[resource]
             if devices == old:
@@ -267,5 +303,56 @@ class Daemon:
                                  f"{'Healthy' if healthy else 'Unhealthy (a CPU is offline)'}",
                                  pool=str(devices.pool), resource=resource, device=device_id,
                                  cpus=format_cpu_list(devices.devices[device_id].cpus), healthy=healthy)
-            self._servers[resource].update(devices)
+            if resource in self._servers:
+                self._servers[resource].update(devices)
         self.tree = new
+        self._online = online
+
+    # --- held devices ---------------------------------------------------------------------
+
+    def _withheld_cores(self) -> frozenset[Core]:
+        return frozenset(w.core for w in self.withheld)
+
+    def _learn_held(self) -> None:
+        """Read which devices containers hold; withhold (or release) cores, push, and keep the slot record.
+
+        Pod resources unreachable: one warning, and what was withheld stays so.
+        """
+        socket = self.settings.pod_resources_socket
+        if socket is None:
+            return
+        from deviceplugin.host.slotrecord import read_record, write_record
+        from deviceplugin.kubelet.podresources import Unavailable, read_assignments
+
+        if self._slots_before is None:
+            try:
+                self._slots_before = read_record(self.settings.kubelet_dir) or {}
+            except CmkError as err:
+                log.warning("%s", err)
+                self._slots_before = {}
+        try:
+            assignments = read_assignments(socket, resources=RESOURCE_NAMES.values(), allocatable=False)
+        except Unavailable as err:
+            log.warning("cannot learn which devices are held (%s): cores the kubelet holds under other IDs "
+                        "or pools may be advertised as free", err)
+            return
+        held = {resource: assignments.held(resource) for resource in RESOURCE_NAMES.values()}
+        if self._slots_held_at_start is None:
+            self._slots_held_at_start = held
+        holds = learn_holds(self.plan, held, self._slots_before, self._slots_held_at_start)
+        old = {w.core: w for w in self.withheld}
+        new = {w.core: w for w in holds.withheld}
+        for core in new.keys() - old.keys():
+            w = new[core]
+            self.events.emit("core_withheld", w.message, level=logging.WARNING, core=format_cpu_list(core.cpus),
+                             pool=str(w.planned), resource=w.resource, device=w.device_id, reason=w.reason)
+        for core in old.keys() - new.keys():
+            self.events.emit("core_released", f"core {core} is free at the kubelet: back in {old[core].planned}",
+                             core=format_cpu_list(core.cpus), pool=str(old[core].planned))
+        self.withheld = holds.withheld
+        if new.keys() != old.keys():
+            self._push(device_tree(self.plan, self._online, self._withheld_cores()), self._online)
+        try:
+            write_record(self.settings.kubelet_dir, holds.record)
+        except CmkError as err:
+            log.warning("%s", err)

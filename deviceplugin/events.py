@@ -19,6 +19,8 @@ Events (``event`` field) and their fields:
 - ``preferred_allocation`` (debug): pool, resource, available, must_include, size, chosen, seconds
 - ``preferred_allocation_refused`` (warning): pool, resource, error, seconds
 - ``allocation_resolved``: pool, resource, devices, cpus, namespace, pod, container
+- ``core_withheld`` (warning): core, pool, resource, device, reason: a core the kubelet
+  still holds under another ID or pool is kept out of every pool; ``core_released``: core, pool
 - ``metrics_serving``: address; ``nfd_written``: path, labels; ``nfd_removed``: path
 - ``config_error`` (error): error
 """

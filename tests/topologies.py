@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
+from deviceplugin.model.topology import Cpu, Topology
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 
 FIXTURES = Path(
@@ -49,3 +51,24 @@ def set_online(sysfs: Path, cpu: int, online: bool) -> None:
         cpus = set(parse_cpu_list(listing.read_text()))
         cpus = cpus | {cpu} if online else cpus - {cpu}
         listing.write_text(format_cpu_list(cpus) + "\n")
+
+
+def offline_view(full: Topology, offline: frozenset[int], isolated: frozenset[int] | None = None) -> Topology:
+    """``full`` as discovery reads it with ``offline`` CPUs down: no placement for them, siblings without them."""
+    cpus = {n: Cpu(id=n, online=False) if n in offline else replace(c, siblings=c.siblings - offline)
+            for n, c in full.cpus.items()}
+    return Topology(cpus=cpus, isolated=full.isolated if isolated is None else isolated, nohz_full=full.nohz_full)
+
+
+def take_offline_as_the_kernel_does(sysfs: Path, cpu: int) -> None:
+    """``cpuN/online`` 0, its ``topology/`` folder gone, and its siblings' lists without it."""
+    set_online(sysfs, cpu, False)
+    cpu_dir = sysfs / "devices/system/cpu"
+    topology = cpu_dir / f"cpu{cpu}/topology"
+    siblings = {int(x) for x in (topology / "thread_siblings_list").read_text().replace("-", ",").split(",")}
+    for path in sorted(topology.iterdir()):
+        path.unlink()
+    topology.rmdir()
+    for sibling in siblings - {cpu}:
+        (cpu_dir / f"cpu{sibling}/topology/thread_siblings_list").write_text(f"{sibling}\n")
+        (cpu_dir / f"cpu{sibling}/topology/thread_siblings").write_text(f"{1 << sibling:x}\n")

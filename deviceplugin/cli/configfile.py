@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterable, Mapping
+from enum import StrEnum
 from pathlib import Path
 
 from deviceplugin.cli.flags import _count, _cpus, _slots, host_dir, parse_address
 from deviceplugin.errors import CmkError
-from deviceplugin.model.plan import Mode
+from deviceplugin.model.plan import Mode, SlotScope
 
 
 class ConfigError(CmkError):
@@ -46,11 +47,15 @@ def _text(value: object) -> str:
     return value
 
 
-def _mode(value: object) -> Mode:
-    text = _text(value)
-    if text not in list(Mode):
-        raise ValueError(f"expected one of {', '.join(Mode)}, got {text!r}")
-    return Mode(text)
+def _choice(kind: type[StrEnum]) -> Callable[[object], object]:
+    """A converter to one of an enum's values (``packed``, ``numa-node``)."""
+    def convert(value: object) -> object:
+        text = _text(value)
+        if text not in list(kind):
+            raise ValueError(f"expected one of {', '.join(kind)}, got {text!r}")
+        return kind(text)
+
+    return convert
 
 
 def _cpu_set(value: object) -> frozenset[int]:
@@ -75,11 +80,12 @@ def _path(value: object) -> Path:
 KEYS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "num-exclusive-cores": ("num_exclusive_cores", _whole(_count)),
     "num-shared-cores": ("num_shared_cores", _whole(_count)),
-    "exclusive-mode": ("exclusive_mode", _mode),
-    "shared-mode": ("shared_mode", _mode),
+    "exclusive-mode": ("exclusive_mode", _choice(Mode)),
+    "shared-mode": ("shared_mode", _choice(Mode)),
     "excl-non-isolcpus": ("excl_non_isolcpus", _cpu_set),
     "shared-slots": ("shared_slots", _whole(_slots)),
     "infra-slots": ("infra_slots", _whole(_slots)),
+    "slot-scope": ("slot_scope", _choice(SlotScope)),
     "install-dir": ("install_dir", lambda value: host_dir(_text(value))),
     "kubelet-dir": ("kubelet_dir", _path),
     "sysfs-root": ("sysfs_root", _path),

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from deviceplugin.kubelet.podresources import Unavailable, read_assignments
     from deviceplugin.model.cpustats import held_cpus, places
     from deviceplugin.model.devices import device_tree
+    from deviceplugin.model.withheld import withheld_cores
     from deviceplugin.view.live import live_data, unavailable
 
     apply_config(args, load_config(args.config) if args.config else {})
@@ -71,7 +72,11 @@ def run(args: argparse.Namespace) -> int:
     held = None
     try:
         assignments = read_assignments(args.pod_resources_socket, resources=tree)
+        # As the daemon does at its start: cores still held under another ID or pool are in no pool.
+        withheld = withheld_cores(plan, {resource: assignments.held(resource) for resource in tree})
+        tree = device_tree(plan, topology.online, frozenset(w.core for w in withheld))
         data["live"] = live_data(tree, assignments, socket, topology.offline)
+        data["live"]["notes"] += [w.message for w in withheld]
         held = held_cpus(tree, assignments.held)
     except Unavailable as err:
         data["live"] = unavailable(socket, str(err))

@@ -70,8 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          help="one line per event: text (key=value) or json (default: text)")
     observe.add_argument("--metrics-address", type=_address, metavar="HOST:PORT",
                          help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
-    add_pod_resources_argument(observe, "read for the allocated-devices metric and to name the pod "
-                                        "behind each allocation in the log")
+    add_pod_resources_argument(observe, "read before serving to keep cores still held under other IDs or pools "
+                               "out of every pool, for the allocated-devices metric and to name the pod "
+                               "behind each allocation in the log")
     observe.add_argument("--nfd-features-dir", type=Path, default=DEFAULT_FEATURES_DIR, metavar="DIR",
                          help=f"write Node Feature Discovery labels to DIR/cmk.intel.com "
                               f"(default: {DEFAULT_FEATURES_DIR})")
@@ -103,7 +104,8 @@ def _serve(args: argparse.Namespace) -> int:
     apply_config(args, load_config(args.config) if args.config else {})
     settings = DaemonSettings(kubelet_dir=args.kubelet_dir, sysfs_root=args.sysfs_root,
                               procfs_root=args.procfs_root, install_dir=str(args.install_dir),
-                              plan=plan_options(args), cdi_dir=args.cdi_dir if args.cdi else None)
+                              plan=plan_options(args), cdi_dir=args.cdi_dir if args.cdi else None,
+                              pod_resources_socket=args.pod_resources_socket)
     events = Events()
     daemon = Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
 

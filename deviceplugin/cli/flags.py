@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from api.constants import POD_RESOURCES_SOCKET
-from deviceplugin.model.plan import DEFAULT_SLOTS, Mode, PlanOptions
+from deviceplugin.model.plan import DEFAULT_SLOTS, Mode, PlanOptions, SlotScope
 from pinner.cpulist import CpuListError, parse_cpu_list
 
 
@@ -86,6 +86,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"containers the shared pool admits at once (default: {DEFAULT_SLOTS})")
     group.add_argument("--infra-slots", type=_slots, default=DEFAULT_SLOTS, metavar="N",
                        help=f"containers the infra pool admits at once (default: {DEFAULT_SLOTS})")
+    group.add_argument("--slot-scope", type=SlotScope, choices=list(SlotScope), default=SlotScope.POOL,
+                       help="pool: a shared/infra slot gives the whole pool; numa-node: each NUMA node offers "
+                            "its own slots (N per node) giving that node's pool CPUs, for the Topology Manager "
+                            "(default: pool)")
 
 
 def plan_options(args: argparse.Namespace) -> PlanOptions:
@@ -97,6 +101,7 @@ def plan_options(args: argparse.Namespace) -> PlanOptions:
         excl_non_isolcpus=args.excl_non_isolcpus,
         shared_slots=args.shared_slots,
         infra_slots=args.infra_slots,
+        slot_scope=args.slot_scope,
     )
 
 

@@ -4,23 +4,34 @@ A snapshot is a *device tree* (resource name -> :class:`PoolDevices`), built
 from the pool plan and the set of online CPUs. The daemon rebuilds it when
 CPUs go offline or online and diffs it against the one it serves.
 
-Device IDs are derived from the topology alone, so they survive daemon
-restarts, upgrades and kubelet restarts (the kubelet's checkpoint names them):
+Device IDs never move: the kubelet's checkpoint keeps the IDs it handed out
+and counts any ID advertised anew as free, so a core renamed across a daemon
+restart, kubelet restart, reboot or upgrade would be handed out twice.
 
 - core pools (``exclusive``, ``exclusive-non-isolcpus``): one device per
-  physical core, named ``cpus-`` + the core's CPUs as a kernel cpu list with
-  ``,`` written as ``.``: ``cpus-0.8`` (threads 0 and 8), ``cpus-4-7`` (an
-  SMT4 core holding 4 to 7). A person reading ``kubectl`` or pod resources
-  output sees which CPUs a container holds. A core whose name would exceed
-  63 characters (never seen on real machines) is named ``cpus-<first CPU>``,
-  still unique because every CPU belongs to one core.
+  physical core, named by what the kernel says about the core's *place*,
+  which its online threads report the same whichever of them are offline:
+  ``core-n<NUMA node>-p<package>[-d<die>]-c<core_id>``, e.g. ``core-n0-p0-c1``
+  for threads 1 and 9 of CMK's Xeon D, with CPU 9 online or not. Unknown
+  parts (package -1 on POWER/s390, no node) are left out, ``-d`` only for a
+  die other than 0 (so kernels before ``die_id`` name the same cores alike).
+  Where the kernel's ids do not tell cores apart (a ``core_id`` repeated
+  inside one package and node, as on ia64 and s390, or no ``core_id`` at
+  all) the core is named by its CPUs, ``cpus-`` + its CPU list with ``,``
+  written as ``.`` (``cpus-3``); the dumps that do this have one thread per
+  core, so nothing can be offline inside one. This CPU-list form is also
+  the scheme of releases before 2026-12: :func:`legacy_core_cpus` reads it
+  back so that an upgraded daemon keeps cores the kubelet still holds under
+  an old ID out of every pool (:mod:`deviceplugin.model.withheld`).
 - slot pools (``shared``, ``infra``): ``shared-000`` ... ``shared-109``
-  (zero-padded to at least three digits so they sort as numbers).
+  (zero-padded to at least three digits so they sort as numbers), each
+  giving the whole pool; with slot scope ``numa-node`` each NUMA node's
+  slots apart, ``shared-n1-000`` ..., each giving that node's pool CPUs and
+  carrying only that node (:class:`deviceplugin.model.plan.SlotScope`).
 
-Every ID is at most 63 characters and a valid CDI device name
-(``[A-Za-z0-9][A-Za-z0-9_.:-]*``): a later CDI spec names devices after them.
-A core that had an offline thread when the daemon started is named by its
-online threads: the kernel shows no placement for offline CPUs.
+Nothing but :func:`legacy_core_cpus` reads meaning from an ID's text: the
+cores behind IDs come from :attr:`PoolDevices.cores`. Every ID is at most 63
+characters and a valid CDI device name (``[A-Za-z0-9][A-Za-z0-9_.:-]*``).
 
 Health: a device is Unhealthy while any of its CPUs is offline. A slot's
 CPUs are the whole pool's, so one offline CPU makes every slot of its pool
@@ -29,13 +40,20 @@ Unhealthy: a container admitted then would be told a CPU set it cannot use.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from deviceplugin.model.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
+from deviceplugin.model.plan import (
+    CORE_POOLS,
+    DEFAULT_SLOTS,
+    RESOURCE_NAMES,
+    Pool,
+    PoolPlan,
+)
 from deviceplugin.model.topology import Core
-from pinner.cpulist import format_cpu_list
+from pinner.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 
 MAX_ID_LENGTH = 63  # the kubelet's limit; the daemon checks every ID with api.constants at start
 
@@ -77,48 +95,94 @@ class PoolDevices:
 DeviceTree = Mapping[str, PoolDevices]
 
 
-def core_device_id(core: Core) -> str:
-    name = "cpus-" + format_cpu_list(core.cpus).replace(",", ".")
-    return name if len(name) <= MAX_ID_LENGTH else f"cpus-{core.first}"
+LEGACY_PREFIX = "cpus-"
 
 
-def slot_device_ids(pool: Pool, count: int) -> list[str]:
+def cpu_list_id(core: Core) -> str:
+    """``cpus-1.9``: the core's online CPUs (the fallback name, and every core's name before 2026-12)."""
+    name = LEGACY_PREFIX + format_cpu_list(core.cpus).replace(",", ".")
+    return name if len(name) <= MAX_ID_LENGTH else f"{LEGACY_PREFIX}{core.first}"
+
+
+def _place(core: Core) -> str | None:
+    if core.core_id is None:
+        return None
+    parts = [f"n{core.node}" if core.node is not None else "",
+             f"p{core.package}" if core.package is not None else "",
+             f"d{core.die}" if core.die else "", f"c{core.core_id}"]
+    return "core-" + "-".join(part for part in parts if part)
+
+
+def core_device_ids(cores: Iterable[Core]) -> dict[Core, str]:
+    """Each core's ID: its place where that is unique among ``cores`` (all the node's), else its CPUs."""
+    places = {core: _place(core) for core in cores}
+    count = Counter(place for place in places.values() if place is not None)
+    return {core: place if place is not None and count[place] == 1 else cpu_list_id(core)
+            for core, place in places.items()}
+
+
+def legacy_core_cpus(device_id: str) -> frozenset[int] | None:
+    """The CPUs a ``cpus-`` ID (today's fallback, every core ID before 2026-12) named; None for others.
+
+    A long name was cut to its first CPU; callers widen the result to whole cores.
+    """
+    if not device_id.startswith(LEGACY_PREFIX):
+        return None
+    try:
+        return parse_cpu_list(device_id.removeprefix(LEGACY_PREFIX).replace(".", ","))
+    except CpuListError:
+        return None
+
+
+def slot_device_ids(pool: Pool, count: int, node: int | None = None) -> list[str]:
+    """``shared-000``...; with a NUMA node (slot scope ``numa-node``) ``shared-n1-000``..."""
     width = max(3, len(str(count - 1)))
-    return [f"{pool.value}-{index:0{width}d}" for index in range(count)]
+    prefix = pool.value if node is None else f"{pool.value}-n{node}"
+    return [f"{prefix}-{index:0{width}d}" for index in range(count)]
 
 
 def _nodes(cores: Iterable[Core]) -> frozenset[int]:
     return frozenset(core.node for core in cores if core.node is not None)
 
 
-def pool_devices(plan: PoolPlan, pool: Pool, online: frozenset[int]) -> PoolDevices | None:
-    """The pool's devices with health from ``online``; None when the pool has no CPUs."""
-    cores = plan.pools[pool]
-    if not cores:
+def pool_devices(plan: PoolPlan, pool: Pool, online: frozenset[int],
+                 names: Mapping[Core, str] | None = None,
+                 withheld: frozenset[Core] = frozenset()) -> PoolDevices | None:
+    """The pool's devices with health from ``online``; None when the pool has no CPUs.
+
+    ``names`` are :func:`core_device_ids` of the plan's cores (computed here when not given).
+    ``withheld`` cores (:mod:`deviceplugin.model.withheld`) are in no device: a core pool does not
+    advertise them, a slot pool's CPUs leave them out (no CPUs left: its slots are Unhealthy).
+    """
+    planned = plan.pools[pool]
+    if not planned:
         return None
+    cores = [core for core in planned if core not in withheld]
     if pool in CORE_POOLS:
-        by_id = {core_device_id(core): core for core in cores}
+        names = names if names is not None else core_device_ids(plan.all_cores)
+        by_id = {names[core]: core for core in cores}
         devices = {
             device_id: Device(device_id, core.cpus, _nodes([core]), core.cpus <= online)
             for device_id, core in by_id.items()
         }
     else:
         by_id = {}
-        cpus = plan.cpus(pool)
-        nodes = _nodes(cores)
-        healthy = cpus <= online
-        devices = {
-            device_id: Device(device_id, cpus, nodes, healthy)
-            for device_id in slot_device_ids(pool, plan.advertised(pool))
-        }
+        devices = {}
+        for node, group in plan.slot_groups(pool).items():
+            kept = [core for core in group if core not in withheld]
+            cpus = frozenset(cpu for core in kept for cpu in core.cpus)
+            nodes, healthy = _nodes(group), bool(cpus) and cpus <= online
+            count = plan.slots.get(pool, DEFAULT_SLOTS)
+            devices.update((i, Device(i, cpus, nodes, healthy)) for i in slot_device_ids(pool, count, node))
     return PoolDevices(pool, RESOURCE_NAMES[pool], MappingProxyType(devices), MappingProxyType(by_id))
 
 
-def device_tree(plan: PoolPlan, online: frozenset[int]) -> DeviceTree:
+def device_tree(plan: PoolPlan, online: frozenset[int], withheld: frozenset[Core] = frozenset()) -> DeviceTree:
     """Every served pool's snapshot, in the plan's pool order."""
     tree = {}
+    names = core_device_ids(plan.all_cores)
     for pool in Pool:
-        devices = pool_devices(plan, pool, online)
+        devices = pool_devices(plan, pool, online, names, withheld)
         if devices is not None:
             tree[devices.resource] = devices
     return MappingProxyType(tree)

@@ -45,6 +45,20 @@ class Mode(StrEnum):
     SPREAD = "spread"
 
 
+class SlotScope(StrEnum):
+    """What one shared/infra slot covers: the whole pool, or the pool's CPUs on one NUMA node.
+
+    ``pool`` (default) suits every node: a slot gives the whole pool, so the
+    kubelet's random slot choice without a Topology Manager loses nothing.
+    ``numa-node`` offers each node's slots apart (``shared-n1-000``, its
+    Allocate answer naming node 1's pool CPUs), so a Topology Manager aligns
+    a shared container with the devices it takes.
+    """
+
+    POOL = "pool"
+    NUMA_NODE = "numa-node"
+
+
 #: pool -> extended resource name, from the contract table the pinner reads too
 RESOURCE_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value][1] for pool in Pool}
 
@@ -86,6 +100,7 @@ class PlanOptions:
     excl_non_isolcpus: frozenset[int] = frozenset()
     shared_slots: int = DEFAULT_SLOTS
     infra_slots: int = DEFAULT_SLOTS
+    slot_scope: SlotScope = SlotScope.POOL
 
 
 @dataclass(frozen=True)
@@ -100,16 +115,36 @@ class PoolPlan:
     unused_isolated: tuple[Core, ...] = ()
     notes: tuple[str, ...] = ()
     slots: Mapping[Pool, int] = field(default_factory=dict)
+    slot_scope: SlotScope = SlotScope.POOL
+
+    def slot_groups(self, pool: Pool) -> dict[int | None, tuple[Core, ...]]:
+        """NUMA node -> the slot pool's cores there (one group, key None, with scope ``pool``)."""
+        cores = self.pools[pool]
+        if self.slot_scope is SlotScope.POOL:
+            return {None: cores} if cores else {}
+        groups: dict[int | None, list[Core]] = {}
+        for core in cores:
+            groups.setdefault(core.node, []).append(core)
+        return {node: tuple(group) for node, group in sorted(groups.items(), key=lambda item: (item[0] is None, item[0] or 0))}
 
     def cpus(self, pool: Pool) -> frozenset[int]:
         return frozenset(cpu for core in self.pools[pool] for cpu in core.cpus)
+
+    @property
+    def all_cores(self) -> tuple[Core, ...]:
+        """Every online core the planner saw, in a pool or not, ordered by first CPU."""
+        cores = {core for pool in self.pools.values() for core in pool}
+        cores.update(self.partially_isolated, self.unused_isolated)
+        return tuple(sorted(cores, key=lambda core: core.first))
 
     def advertised(self, pool: Pool) -> int:
         """How many devices the pool's plugin advertises (0: the pool is not served)."""
         cores = self.pools[pool]
         if not cores:
             return 0
-        return len(cores) if pool in CORE_POOLS else self.slots.get(pool, DEFAULT_SLOTS)
+        if pool in CORE_POOLS:
+            return len(cores)
+        return self.slots.get(pool, DEFAULT_SLOTS) * len(self.slot_groups(pool))
 
 
 def _cores_text(cores: Iterable[Core]) -> str:
@@ -284,4 +319,5 @@ def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> Pool
         unused_isolated=tuple(unused),
         notes=tuple(notes),
         slots={Pool.SHARED: options.shared_slots, Pool.INFRA: options.infra_slots},
+        slot_scope=options.slot_scope,
     )

@@ -52,6 +52,7 @@ class Core:
     l3: frozenset[int] | None
     base_frequency: int | None
     energy_performance_preference: str | None
+    core_id: int | None = None  # the kernel's core_id of its threads: stable while a thread is offline
 
     @property
     def first(self) -> int:
@@ -128,6 +129,7 @@ def _group_cores(cpus: Mapping[int, Cpu]) -> tuple[Core, ...]:
                 l3=cpu.l3,
                 base_frequency=cpu.base_frequency,
                 energy_performance_preference=cpu.energy_performance_preference,
+                core_id=cpu.core_id,
             )
         )
     return tuple(sorted(cores, key=lambda core: core.first))

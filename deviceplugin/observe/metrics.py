@@ -17,6 +17,9 @@ counters. Two kinds of series:
   with a short timeout. When the kubelet is away (socket missing, no answer
   in time) that one series is left out of the scrape rather than reported
   as 0 (nothing allocated would be a lie), and ``cmk_pod_resources_up`` is 0.
+  Devices held only by a plain init container are not counted: ``List``
+  omits plain init containers (sidecars are listed), and no other kubelet
+  API names them (a documented gap).
 
 Pool series carry ``pool`` and ``resource`` labels (``cmk_pool_cpus``: ``pool``
 and ``numa_node``) and exist only for the pools the daemon serves. Given a

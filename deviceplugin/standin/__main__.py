@@ -15,6 +15,8 @@ from pathlib import Path
 
 from deviceplugin.errors import CmkError
 from deviceplugin.standin.standin import Kubelet
+from deviceplugin.standin.topologymanager import TopologyPolicy
+from pinner.cpulist import parse_cpu_list
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,13 +24,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plugin-dir", type=Path, required=True, help="device plugin directory to serve kubelet.sock in")
     parser.add_argument("--pod-resources-socket", type=Path, help="also serve the pod resources API on this socket")
     parser.add_argument("--grace-period", type=float, default=300.0, help="seconds a resource keeps its capacity after its stream ends")
+    parser.add_argument("--topology-manager-policy", type=TopologyPolicy, choices=list(TopologyPolicy),
+                        default=TopologyPolicy.NONE, help="the kubelet's Topology Manager policy, container scope (default: none)")
+    parser.add_argument("--numa-nodes", type=parse_cpu_list, default=frozenset({0}), metavar="LIST",
+                        help="the node's NUMA node ids, as a list like 0-1 (default: 0)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
     try:
-        kubelet = Kubelet(args.plugin_dir, pod_resources_socket=args.pod_resources_socket, grace_period=args.grace_period)
+        kubelet = Kubelet(args.plugin_dir, pod_resources_socket=args.pod_resources_socket, grace_period=args.grace_period,
+                          topology_policy=args.topology_manager_policy, numa_nodes=sorted(args.numa_nodes))
         kubelet.start()
     except (CmkError, OSError) as error:
         print(f"kubelet stand-in: {error}", file=sys.stderr)

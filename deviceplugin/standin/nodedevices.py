@@ -29,6 +29,14 @@ class Device:
     id: str
     health: str
     numa_nodes: tuple[int, ...] = ()
+    #: A TopologyInfo was sent but named no node: "no node" for allocation, yet it makes the
+    #: device vanish from GetAllocatableResources and counts as "has topology" for reuse.
+    empty_topology: bool = False
+
+    @property
+    def has_topology(self) -> bool:
+        """Whether the message carried a TopologyInfo at all (nil versus empty)."""
+        return bool(self.numa_nodes) or self.empty_topology
 
     @property
     def healthy(self) -> bool:
@@ -86,6 +94,10 @@ class NodeDevices:
         for state in self._resources.values():
             state.devices = {}
             state.stopped_at = now
+
+    def ever_seen(self, resource: str) -> bool:
+        """Whether any plugin ever registered it (the kubelet's checkpoint knows it): a device plugin resource."""
+        return resource in self._resources
 
     def is_live(self, resource: str) -> bool:
         state = self._resources.get(resource)

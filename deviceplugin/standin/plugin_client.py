@@ -35,7 +35,8 @@ class PluginOptions:
 
 
 def device_from_pb(message: pb.Device) -> Device:
-    return Device(message.ID, message.health, tuple(node.ID for node in message.topology.nodes))
+    nodes = tuple(node.ID for node in message.topology.nodes)
+    return Device(message.ID, message.health, nodes, empty_topology=message.HasField("topology") and not nodes)
 
 
 def answer_from_pb(message: pb.ContainerAllocateResponse) -> ContainerAnswer:

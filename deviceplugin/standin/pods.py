@@ -1,7 +1,8 @@
 """Pods, and how the kubelet's device manager picks devices for one container (pure).
 
-The choice follows ``devicesToAllocate`` (no Topology Manager hint, as with
-policy ``none``): first the devices this pod's init containers hold for the
+The choice follows ``devicesToAllocate`` (the Topology Manager's hint, if
+any, comes in as a split of the free devices, see
+:mod:`deviceplugin.standin.topologymanager`): first the devices this pod's init containers hold for the
 resource (reuse), then, if more are needed and the plugin advertised it, the
 plugin's preference among the free healthy devices (unknown IDs ignored),
 then any free healthy device to cover a shortfall. The kubelet walks Go
@@ -31,9 +32,12 @@ class AdmissionError(CmkError):
 
 @dataclass(frozen=True)
 class ContainerSpec:
+    """``restart_always`` on an init container makes it a sidecar (``restartPolicy: Always``)."""
+
     name: str
     command: tuple[str, ...] = ()
     limits: Mapping[str, int] = field(default_factory=dict)
+    restart_always: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "command", tuple(self.command))
@@ -66,6 +70,7 @@ class AdmittedContainer:
     devices: Mapping[str, tuple[Device, ...]]
     answer: ContainerAnswer
     conflicts: tuple[Conflict, ...] = ()
+    sidecar: bool = False
 
     @property
     def device_ids(self) -> dict[str, tuple[str, ...]]:
@@ -92,6 +97,11 @@ class AdmittedPod:
     def app_containers(self) -> tuple[AdmittedContainer, ...]:
         return tuple(c for c in self.containers if not c.init)
 
+    @property
+    def listed_containers(self) -> tuple[AdmittedContainer, ...]:
+        """What pod resources ``List`` shows: sidecars and app containers, never plain init containers."""
+        return tuple(c for c in self.containers if not c.init or c.sidecar)
+
     def ids_in_use(self, resource: str) -> set[str]:
         return {d.id for c in self.containers for d in c.devices.get(resource, ())}
 
@@ -107,6 +117,10 @@ def shuffled(ids: Iterable[str], rng: random.Random) -> list[str]:
     return result
 
 
+#: ``filterByAffinity`` over the available IDs: (aligned with the hint, on other nodes, without topology).
+Split = Callable[[set[str]], tuple[list[str], list[str], list[str]]]
+
+
 def choose_devices(
     resource: str,
     required: int,
@@ -114,12 +128,17 @@ def choose_devices(
     free_healthy: Iterable[str],
     prefer: Prefer | None,
     rng: random.Random,
+    split: Split | None = None,
 ) -> list[str]:
-    """The device IDs one container gets for ``resource``, the kubelet's way.
+    """The device IDs one container gets for ``resource``, the kubelet's way (``devicesToAllocate``).
 
     ``free_healthy`` excludes devices held by any pod, this one included;
     ``reusable`` are the IDs this pod's init containers hold (the kubelet's
-    ``devicesToReuse``), which need no health check.
+    ``devicesToReuse``), which need no health check. ``split`` applies the
+    Topology Manager's hint (None: no hint, every device is "no affinity").
+    With more aligned devices than needed the plugin chooses among the
+    aligned ones (``available`` = aligned + taken); otherwise every aligned
+    device is taken first and ``must_include`` carries them to the plugin.
     """
     chosen: list[str] = []
 
@@ -139,10 +158,23 @@ def choose_devices(
         raise AdmissionError(
             f"requested number of devices unavailable for {resource}. Requested: {needed}, Available: {len(available)}"
         )
-    if prefer is not None:
-        preferred = prefer(shuffled(available | set(chosen), rng), shuffled(chosen, rng), required)
-        # Unknown or busy IDs in the answer are ignored, exactly as the kubelet intersects with `available`.
-        if take_from(shuffled(set(preferred) & available, rng)):
+    aligned, unaligned, without = split(available) if split is not None else ([], [], sorted(available))
+
+    def preferred_among(candidates: set[str]) -> list[str]:
+        if prefer is None:
+            return []
+        answer = prefer(shuffled(candidates | set(chosen), rng), shuffled(chosen, rng), required)
+        # Unknown or busy IDs in the answer are ignored, exactly as the kubelet intersects with its set.
+        return shuffled(set(answer) & candidates, rng)
+
+    if needed < len(aligned):
+        if take_from(preferred_among(set(aligned))) or take_from(shuffled(aligned, rng)):
             return chosen
-    take_from(shuffled(available, rng))
-    return chosen
+        raise AdmissionError(f"unexpectedly allocated less resources than required. Requested: {required}, "
+                             f"Got: {len(chosen)}")
+    if take_from(shuffled(aligned, rng)) or take_from(preferred_among(available)):
+        return chosen
+    if take_from(shuffled(unaligned, rng)) or take_from(shuffled(without, rng)):
+        return chosen
+    raise AdmissionError(f"unexpectedly allocated less resources than required. Requested: {required}, "
+                         f"Got: {len(chosen)}")

@@ -18,9 +18,10 @@ import random
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Self
 
@@ -52,6 +53,15 @@ from deviceplugin.standin.pods import (
     PodSpec,
     choose_devices,
     shuffled,
+)
+from deviceplugin.standin.topologymanager import (
+    TOPOLOGY_AFFINITY_ERROR,
+    TOPOLOGY_AFFINITY_MESSAGE,
+    Hint,
+    TopologyPolicy,
+    merge,
+    resource_hints,
+    split_by_affinity,
 )
 
 log = logging.getLogger(__name__)
@@ -128,6 +138,9 @@ class Kubelet:
         rpc_timeout: float = 30.0,
         seed: int | None = None,
         workers: int = 16,
+        topology_policy: TopologyPolicy = TopologyPolicy.NONE,
+        numa_nodes: Sequence[int] = (0,),
+        pod_resources_get: bool = False,
     ) -> None:
         self.plugin_dir = Path(plugin_dir)
         self.socket = self.plugin_dir / KUBELET_SOCKET_NAME
@@ -149,6 +162,9 @@ class Kubelet:
         self._pods: dict[tuple[str, str], AdmittedPod] = {}
         self._registrations: list[Registration] = []
         self._violations: list[str] = []
+        self.topology_policy = TopologyPolicy(topology_policy)
+        self.numa_nodes = tuple(sorted(numa_nodes))
+        self.pod_resources_get = pod_resources_get  # the KubeletPodResourcesGet gate: on from 1.34
 
     # -- life cycle -------------------------------------------------------
 
@@ -163,7 +179,7 @@ class Kubelet:
         if self.pod_resources_socket is not None:
             self.pod_resources_socket.parent.mkdir(parents=True, exist_ok=True)
             self.pod_resources_socket.unlink(missing_ok=True)
-            servicer = PodResourcesServicer(self.pods, self._healthy_devices)
+            servicer = PodResourcesServicer(self.pods, self._healthy_devices, get_enabled=self.pod_resources_get)
             servers.append(
                 self._serve(self.pod_resources_socket, lambda s: podresources_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, s))
             )
@@ -379,7 +395,7 @@ class Kubelet:
                     admitted = self._admit_container(spec, init, reusable, held)
                     containers.append(admitted)
                     for resource, ids in admitted.device_ids.items():
-                        if init:  # the kubelet's devicesToReuse: init devices pass on to later containers
+                        if init and not spec.restart_always:  # devicesToReuse: plain init devices pass on
                             reusable.setdefault(resource, set()).update(ids)
                         else:
                             reusable.get(resource, set()).difference_update(ids)
@@ -399,11 +415,15 @@ class Kubelet:
     ) -> AdmittedContainer:
         answers = []
         devices: dict[str, tuple[Device, ...]] = {}
+        hint = self._topology_hint(spec, reusable, held)
         for resource in shuffled(spec.limits, self._rng):  # Go map order
             count = spec.limits[resource]
             if count <= 0 or validate_resource_name(resource) is not None:
                 continue  # cpu, memory and the like are not the device manager's business
             with self._cond:
+                if not self._node.ever_seen(resource):
+                    continue  # the node status lacks it: admitted without Allocate, no env, no mount
+
                 endpoint = self._endpoints.get(resource)
                 if endpoint is None:
                     state = "its plugin's ListAndWatch ended" if resource in self._node.capacity(time.monotonic()) else "no device plugin registered it"
@@ -412,14 +432,36 @@ class Kubelet:
                 free = self._node.healthy_ids(resource) - in_use
                 snapshot = self._node.devices(resource)
             prefer = endpoint.client.preferred if endpoint.options.get_preferred_allocation_available else None
-            ids = choose_devices(resource, count, reusable.get(resource, ()), free, prefer, self._rng)
+            ids = choose_devices(resource, count, reusable.get(resource, ()), free, prefer, self._rng,
+                                 None if hint is None else partial(split_by_affinity, snapshot, hint=hint))
             held.setdefault(resource, set()).update(ids)
             answers.append((resource, endpoint.client.allocate(ids)))
             devices[resource] = tuple(snapshot.get(i, Device(i, UNHEALTHY)) for i in ids)
         merged, conflicts = merge_answers(spec.name, answers)
         for conflict in conflicts:
             log.warning("%s", conflict)
-        return AdmittedContainer(spec.name, spec.command, init, devices, merged, tuple(conflicts))
+        return AdmittedContainer(spec.name, spec.command, init, devices, merged, tuple(conflicts),
+                                 sidecar=init and spec.restart_always)
+
+    def _topology_hint(self, spec: ContainerSpec, reusable: dict[str, set[str]],
+                       held: dict[str, set[str]]) -> Hint | None:
+        """The Topology Manager's merged hint for the container (None with policy none); rejects as the kubelet does."""
+        if self.topology_policy is TopologyPolicy.NONE:
+            return None
+        hints: dict[str, list[Hint] | None] = {}
+        with self._cond:
+            for resource, count in spec.limits.items():
+                if validate_resource_name(resource) is not None or not self._node.ever_seen(resource):
+                    continue
+                in_use = held.get(resource, set()).union(*(p.ids_in_use(resource) for p in self._pods.values()))
+                free = self._node.healthy_ids(resource) - in_use
+                hints[resource] = resource_hints(self.numa_nodes, self._node.devices(resource), free,
+                                                 reusable.get(resource, set()), count)
+        hint, admit = merge(self.topology_policy, self.numa_nodes, hints)
+        if not admit:
+            raise AdmissionError(f"container {spec.name!r}: {TOPOLOGY_AFFINITY_ERROR}: {TOPOLOGY_AFFINITY_MESSAGE} "
+                                 f"(policy {self.topology_policy}, hints {hints})")
+        return hint
 
     def _pre_start(self, container: AdmittedContainer) -> None:
         """PreStartContainer before the container starts, for each plugin that asked for it."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from deviceplugin.model.devices import core_device_ids
 from deviceplugin.model.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
 from deviceplugin.model.topology import Core, Topology
 from deviceplugin.view.live import render_live
@@ -30,8 +31,12 @@ def _by_node(cores: tuple[Core, ...]) -> dict[str, list[Core]]:
 
 
 def describe_data(topology: Topology, plan: PoolPlan) -> dict[str, Any]:
-    """The topology summary and the pool plan as JSON-ready values (cpu lists in kernel syntax)."""
+    """The topology summary and the pool plan as JSON-ready values (cpu lists in kernel syntax).
+
+    Core pools list their device IDs with each one's CPUs: the IDs name a core's place, not its CPUs.
+    """
     pools = []
+    names = core_device_ids(plan.all_cores)
     for pool in Pool:
         cores = plan.pools[pool]
         pools.append({
@@ -41,6 +46,7 @@ def describe_data(topology: Topology, plan: PoolPlan) -> dict[str, Any]:
             "unit": "cores" if pool in CORE_POOLS else "slots",
             "cpus": format_cpu_list(plan.cpus(pool)),
             "cores": _core_list(cores),
+            "devices": {names[core]: format_cpu_list(core.cpus) for core in cores} if pool in CORE_POOLS else {},
             "numa_nodes": {
                 node: {
                     "cpus": format_cpu_list(cpu for core in node_cores for cpu in core.cpus),

@@ -11,11 +11,9 @@ tree was built from, or when the kubelet does not count it allocatable
 allocatable devices at all). Free = healthy and held by no container.
 
 The daemon plans once, at its start; ``cmk describe`` plans from the CPUs
-online now. While a CPU that was online at the daemon's start is offline,
-the kernel hides its place in the topology, so describe names its core by
-the threads still online (``cpus-12`` for the daemon's ``cpus-12-13``): the
-kubelet's ID then shows up as held-but-unknown, describe's as not
-allocatable, and a note names the offline CPUs.
+online now. A core keeps its ID while one of its threads is offline (IDs
+name a core's place, see :mod:`deviceplugin.model.devices`), so both agree
+on IDs; a note names the offline CPUs.
 """
 
 from __future__ import annotations
@@ -96,7 +94,7 @@ def live_data(tree: DeviceTree, assignments: Assignments, socket: str,
     notes = []
     if offline:
         notes.append(f"CPUs {format_cpu_list(offline)} are offline: if they went offline after the daemon "
-                     "started, the daemon names their cores by all their threads and describe by the online ones")
+                     "started, their cores keep their IDs but describe shows only the threads online now")
     if assignments.allocatable is None:
         notes.append("the kubelet does not serve GetAllocatableResources: health is the topology's only")
     return {

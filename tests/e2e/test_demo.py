@@ -118,7 +118,7 @@ def plan_cpus(*roots: str) -> tuple[dict[str, frozenset[int]], dict[str, frozens
     cores, pools = {}, {}
     for pool in json.loads(result.stdout)["plan"]["pools"]:
         if pool["unit"] == "cores":
-            cores.update({"cpus-" + core.replace(",", "."): parse_cpu_list(core) for core in pool["cores"]})
+            cores.update({device: parse_cpu_list(cpus) for device, cpus in pool["devices"].items()})
         elif pool["cpus"]:
             pools[pool["pool"]] = parse_cpu_list(pool["cpus"])
     return cores, pools

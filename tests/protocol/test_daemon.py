@@ -24,6 +24,7 @@ from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.host.sysfs import discover
+from deviceplugin.model.devices import core_device_ids, device_tree
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import format_cpu_list, parse_cpu_list
@@ -47,10 +48,10 @@ def copy_with_isolcpus(name: str, dest: Path, isolcpus: str | None = None) -> tu
     return fixture_copy(name, dest / "isolated", isolcpus=isolcpus or isolate_all_but_first_core(sysfs, procfs))
 
 
-def cpus_of(device_id: str) -> frozenset[int]:
-    """The CPUs a core device ID names (the documented ``cpus-0.8`` scheme)."""
-    assert device_id.startswith("cpus-"), device_id
-    return parse_cpu_list(device_id.removeprefix("cpus-").replace(".", ","))
+def cpus_of(device_id: str, sysfs: Path, procfs: Path) -> frozenset[int]:
+    """The CPUs behind a core device ID, through the device model's names of the dump's cores (never parsed)."""
+    names = core_device_ids(discover(sysfs, procfs).cores)
+    return next(core.cpus for core, name in names.items() if name == device_id)
 
 
 def expected_nodes(name: str) -> dict[int, int]:
@@ -117,7 +118,7 @@ def test_cmk_xeon_d_capacity_and_allocatable_per_pool(kubelet, start_daemon, tmp
     start_daemon(sysfs, procfs, num_exclusive_cores=3, num_shared_cores=1, shared_slots=5)
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     assert kubelet.capacity() == kubelet.allocatable() == {EXCLUSIVE: 3, SHARED: 5, INFRA: 110}
-    assert device_ids(kubelet)[EXCLUSIVE] == ["cpus-0.8", "cpus-1.9", "cpus-2.10"]
+    assert device_ids(kubelet)[EXCLUSIVE] == ["core-n0-p0-c0", "core-n0-p0-c1", "core-n0-p0-c2"]
 
 
 FIXTURE_NAMES = ["hwloc-32intel64-2p8co2t+8ve", "hwloc-64amd64-4s2n4ca2co", "hwloc-256ppc-8n8s4t",
@@ -134,10 +135,11 @@ def test_capacity_topology_info_and_ids_on_real_dumps(name, kubelet, start_daemo
     assert kubelet.capacity() == kubelet.allocatable() == served
     node_of = expected_nodes(name)
     exclusive = kubelet.devices(EXCLUSIVE)
-    assert {frozenset(core.cpus) for core in plan.pools[Pool.EXCLUSIVE]} == {cpus_of(i) for i in exclusive}
+    cores = device_tree(plan, discover(sysfs, procfs).online)[EXCLUSIVE].cores
+    assert {frozenset(core.cpus) for core in plan.pools[Pool.EXCLUSIVE]} == {cores[i].cpus for i in exclusive}
     for device in exclusive.values():
-        assert device.numa_nodes == (node_of[min(cpus_of(device.id))],)
-        assert {node_of[cpu] for cpu in cpus_of(device.id)} == set(device.numa_nodes)
+        assert device.numa_nodes == (node_of[cores[device.id].first],)
+        assert {node_of[cpu] for cpu in cores[device.id].cpus} == set(device.numa_nodes)
         assert len(device.id) <= 63
     for resource in (SHARED, INFRA):
         pool_nodes = {node_of[c] for c in plan.cpus(Pool.SHARED if resource == SHARED else Pool.INFRA)}
@@ -161,7 +163,7 @@ def preferring_daemon(tmp_path_factory) -> Iterator[tuple[Path, dict[str, int]]]
                                    install_dir=INSTALL_DIR))
     daemon.start()
     node_of = expected_nodes(PREFER_DUMP)
-    nodes = {i: node_of[min(cpus_of(i))] for i in daemon.tree[EXCLUSIVE].devices}
+    nodes = {i: node_of[core.first] for i, core in daemon.tree[EXCLUSIVE].cores.items()}
     yield plugin_dir, nodes
     daemon.stop()
     shutil.rmtree(plugin_dir, ignore_errors=True)
@@ -221,7 +223,7 @@ def test_allocate_envs_match_the_cores_of_the_ids(kubelet, start_daemon, tmp_pat
     pod = kubelet.admit(three_pool_pod(exclusive=3))
     dataplane = pod.container("dataplane")
     ids = dataplane.device_ids[EXCLUSIVE]
-    cpus = sorted(frozenset().union(*(cpus_of(i) for i in ids)))
+    cpus = sorted(frozenset().union(*(cpus_of(i, sysfs, procfs) for i in ids)))
     assert dataplane.envs["CMK_CPUS_EXCLUSIVE"] == ",".join(map(str, cpus))
     assert pod.container("controlplane").envs == {
         "CMK_CPUS_SHARED": ",".join(map(str, sorted(daemon.plan.cpus(Pool.SHARED))))}
@@ -244,7 +246,7 @@ def test_unknown_ids_are_rejected_naming_them(kubelet, plugin_dir, start_daemon,
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     with pytest.raises(grpc.RpcError) as info:
         stub(plugin_dir, EXCLUSIVE).Allocate(pb.AllocateRequest(container_requests=[
-            pb.ContainerAllocateRequest(devices_ids=["cpus-0.8", "cpus-4.12", "bogus"])]))
+            pb.ContainerAllocateRequest(devices_ids=["core-n0-p0-c0", "cpus-4.12", "bogus"])]))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "unknown device IDs: bogus, cpus-4.12" in info.value.details()
 
@@ -298,7 +300,7 @@ def test_cpu_offline_makes_its_device_unhealthy_and_online_healthy_again(kubelet
     daemon = start_daemon(sysfs, procfs)
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     device_id = sorted(daemon.tree[EXCLUSIVE].devices)[1]
-    cpu = max(cpus_of(device_id))
+    cpu = max(cpus_of(device_id, sysfs, procfs))
     total = kubelet.capacity()[EXCLUSIVE]
 
     set_online(sysfs, cpu, False)

@@ -89,7 +89,6 @@ def test_describe_live_view_follows_admissions_and_deletions(kubelet, start_daem
         assert sorted(held[key]["devices"]) == sorted(ids)
         # CPUs come from the daemon's device model: the cores the plan put behind those IDs.
         assert held[key]["cpus"] == format_cpu_list(cpu for i in ids for cpu in tree[EXCLUSIVE].devices[i].cpus)
-        assert held[key]["cpus"] == format_cpu_list(cpu for i in ids for cpu in cpus_of(i))
     taken = {i for c in exclusive["containers"] for i in c["devices"]}
     free = {i for node in exclusive["free_by_numa_node"].values() for i in node["devices"]}
     assert free == set(tree[EXCLUSIVE].devices) - taken and len(free) == 1
@@ -267,7 +266,7 @@ def test_metrics_and_json_logs_follow_the_kubelet(kubelet: Kubelet, plugin_dir, 
         ids = sorted(pod.container("dataplane").device_ids[EXCLUSIVE])
         allocated = logs.wait_for("allocated", lambda e: e["resource"] == EXCLUSIVE)
         assert sorted(allocated["devices"]) == ids and allocated["pool"] == "exclusive"
-        assert allocated["cpus"] == format_cpu_list(cpu for i in ids for cpu in cpus_of(i))
+        assert allocated["cpus"] == format_cpu_list(cpu for i in ids for cpu in cpus_of(i, sysfs, procfs))
         resolved = logs.wait_for("allocation_resolved", lambda e: e["resource"] == EXCLUSIVE)
         assert (resolved["namespace"], resolved["pod"], resolved["container"]) == ("default", "demo", "dataplane")
         assert sorted(resolved["devices"]) == ids
@@ -290,12 +289,12 @@ def test_metrics_and_json_logs_follow_the_kubelet(kubelet: Kubelet, plugin_dir, 
         assert refused["level"] == "warning" and refused["devices"] == ["bogus"]
 
         set_online(sysfs, 9, False)  # the second thread of core {1,9}
-        kubelet.wait_for(lambda: kubelet.devices(EXCLUSIVE)["cpus-1.9"].health == "Unhealthy", what="unhealthy")
+        kubelet.wait_for(lambda: kubelet.devices(EXCLUSIVE)["core-n0-p0-c1"].health == "Unhealthy", what="unhealthy")
         samples = scrape(address)
         assert value(samples, "cmk_pool_unhealthy_devices", pool="exclusive", resource=EXCLUSIVE) == 1
         assert pool_values(samples, "cmk_pool_allocatable_devices") == kubelet.allocatable()
         change = logs.wait_for("health_changed")
-        assert (change["device"], change["healthy"], change["cpus"]) == ("cpus-1.9", False, "1,9")
+        assert (change["device"], change["healthy"], change["cpus"]) == ("core-n0-p0-c1", False, "1,9")
 
         kubelet.stop()  # the kubelet is away: allocated is left out rather than reported as 0
         samples = scrape(address)

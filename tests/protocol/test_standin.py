@@ -505,11 +505,6 @@ def test_pod_resources_list_devices_per_numa_node_and_allocatable_healthy_ones(
         lister = pr_grpc.PodResourcesListerStub(channel)
         (listed,) = lister.List(pr.ListPodResourcesRequest(), timeout=5).pod_resources
         allocatable = lister.GetAllocatableResources(pr.AllocatableResourcesRequest(), timeout=5)
-        got = lister.Get(pr.GetPodResourcesRequest(pod_name="p", pod_namespace="default"), timeout=5).pod_resources
-        with pytest.raises(grpc.RpcError) as missing:
-            lister.Get(pr.GetPodResourcesRequest(pod_name="nope", pod_namespace="default"), timeout=5)
-    assert got == listed
-    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
     assert (listed.name, listed.namespace, [c.name for c in listed.containers]) == ("p", "default", ["c0", "c1"])
     c0, c1 = listed.containers
     assert [(d.resource_name, list(d.device_ids), [n.ID for n in d.topology.nodes]) for d in c0.devices] == [

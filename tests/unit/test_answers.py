@@ -19,7 +19,7 @@ def tree(offline=()):
 
 
 def test_exclusive_env_lists_the_cores_cpus_ascending():
-    answer = allocate_answer(tree()[RESOURCE_NAMES[Pool.EXCLUSIVE]], ["cpus-2.10", "cpus-0.8"],
+    answer = allocate_answer(tree()[RESOURCE_NAMES[Pool.EXCLUSIVE]], ["core-n0-p0-c2", "core-n0-p0-c0"],
                              install_dir=INSTALL)
     assert answer.envs == {"CMK_CPUS_EXCLUSIVE": "0,2,8,10"}
 
@@ -44,20 +44,20 @@ def test_every_pool_mounts_the_pinner_identically_so_merged_answers_never_confli
 
 def test_answering_the_same_ids_again_gives_the_same_answer():
     exclusive = tree()[RESOURCE_NAMES[Pool.EXCLUSIVE]]
-    assert allocate_answer(exclusive, ["cpus-1.9"], install_dir=INSTALL) == \
-        allocate_answer(exclusive, ["cpus-1.9"], install_dir=INSTALL)
+    assert allocate_answer(exclusive, ["core-n0-p0-c1"], install_dir=INSTALL) == \
+        allocate_answer(exclusive, ["core-n0-p0-c1"], install_dir=INSTALL)
 
 
 def test_unknown_ids_are_named():
     exclusive = tree()[RESOURCE_NAMES[Pool.EXCLUSIVE]]
-    with pytest.raises(DeviceRequestError, match=r"unknown device IDs: cpus-7.15, nope"):
-        allocate_answer(exclusive, ["cpus-0.8", "nope", "cpus-7.15"], install_dir=INSTALL)
+    with pytest.raises(DeviceRequestError, match=r"unknown device IDs: core-n0-p0-c7, nope"):
+        allocate_answer(exclusive, ["core-n0-p0-c0", "nope", "core-n0-p0-c7"], install_dir=INSTALL)
 
 
 def test_unhealthy_ids_are_named():
     exclusive = tree(offline=[9])[RESOURCE_NAMES[Pool.EXCLUSIVE]]
-    with pytest.raises(DeviceRequestError, match=r"unhealthy device IDs .*: cpus-1.9$"):
-        allocate_answer(exclusive, ["cpus-0.8", "cpus-1.9"], install_dir=INSTALL)
+    with pytest.raises(DeviceRequestError, match=r"unhealthy device IDs .*: core-n0-p0-c1$"):
+        allocate_answer(exclusive, ["core-n0-p0-c0", "core-n0-p0-c1"], install_dir=INSTALL)
 
 
 def test_an_empty_request_is_refused():

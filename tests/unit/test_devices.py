@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from api.constants import validate_device_id
 from deviceplugin.model.devices import (
-    core_device_id,
+    core_device_ids,
+    cpu_list_id,
     device_tree,
     health_changes,
     slot_device_ids,
@@ -27,15 +28,15 @@ def two_nodes():
                           isolated=[*range(6), *range(8, 14)])
 
 
-def test_core_devices_are_named_by_their_cpus_and_carry_their_node():
+def test_core_devices_are_named_by_their_place_and_carry_their_node():
     topology = two_nodes()
     plan = plan_pools(topology, PlanOptions(num_exclusive_cores=5, num_shared_cores=1))
     tree = device_tree(plan, topology.online)
     exclusive = tree[RESOURCE_NAMES[Pool.EXCLUSIVE]]
-    assert list(exclusive.devices) == ["cpus-0.8", "cpus-1.9", "cpus-2.10", "cpus-3.11", "cpus-4.12"]
-    assert exclusive.devices["cpus-4.12"].numa_nodes == {1}
-    assert exclusive.devices["cpus-0.8"].cpus == {0, 8}
-    assert exclusive.cores["cpus-2.10"].cpus == {2, 10}
+    assert list(exclusive.devices) == ["core-n0-p0-c0", "core-n0-p0-c1", "core-n0-p0-c2", "core-n0-p0-c3", "core-n1-p1-c4"]
+    assert exclusive.devices["core-n1-p1-c4"].numa_nodes == {1}
+    assert exclusive.devices["core-n0-p0-c0"].cpus == {0, 8}
+    assert exclusive.cores["core-n0-p0-c2"].cpus == {2, 10}
     assert exclusive.preferred_allocation
 
 
@@ -68,10 +69,10 @@ def test_ids_do_not_depend_on_online_state_only_health_does():
     for resource in before:
         assert list(before[resource].devices) == list(after[resource].devices)
     exclusive = RESOURCE_NAMES[Pool.EXCLUSIVE]
-    assert not after[exclusive].devices["cpus-1.9"].healthy
+    assert not after[exclusive].devices["core-n0-p0-c1"].healthy
     assert after[exclusive].healthy == before[exclusive].healthy - 1
-    assert health_changes(before[exclusive], after[exclusive]) == [("cpus-1.9", False)]
-    assert health_changes(after[exclusive], before[exclusive]) == [("cpus-1.9", True)]
+    assert health_changes(before[exclusive], after[exclusive]) == [("core-n0-p0-c1", False)]
+    assert health_changes(after[exclusive], before[exclusive]) == [("core-n0-p0-c1", True)]
 
 
 def test_one_offline_cpu_makes_every_slot_of_its_pool_unhealthy():
@@ -97,15 +98,17 @@ def test_slot_ids_widen_past_three_digits_and_sort_as_numbers():
 def test_a_core_too_long_to_name_by_its_cpus_is_named_by_its_first():
     sparse = [1000 + 37 * i for i in range(16)]
     core = build_topology([sparse]).cores[0]
-    assert core_device_id(core) == "cpus-1000"
+    assert cpu_list_id(core) == "cpus-1000"
 
 
 @settings(max_examples=200)
 @given(st.lists(st.integers(0, 8191), min_size=1, max_size=16, unique=True))
 def test_every_core_id_is_short_cdi_valid_and_kubelet_valid(threads):
-    device_id = core_device_id(build_topology([threads]).cores[0])
-    assert len(device_id) <= 63 and CDI_NAME.match(device_id)
-    assert validate_device_id(device_id) is None
+    core = build_topology([threads], node_of=dict.fromkeys(threads, 2**31),
+                          package_of=dict.fromkeys(threads, 2**31)).cores[0]
+    for device_id in (cpu_list_id(core), core_device_ids([core])[core]):
+        assert len(device_id) <= 63 and CDI_NAME.match(device_id)
+        assert validate_device_id(device_id) is None
 
 
 def test_every_slot_id_is_kubelet_valid():

@@ -38,7 +38,7 @@ EXCLUSIVE, SHARED, INFRA = "cmk.intel.com/exclusive-cores", "cmk.intel.com/share
 def test_list_entries_per_numa_node_fold_into_one_holding_per_container_and_resource():
     response = pb.ListPodResourcesResponse(pod_resources=[pb.PodResources(name="p", namespace="ns", containers=[
         pb.ContainerResources(name="c", devices=[
-            pb.ContainerDevices(resource_name=EXCLUSIVE, device_ids=["cpus-0.8"],
+            pb.ContainerDevices(resource_name=EXCLUSIVE, device_ids=["core-n0-p0-c0"],
                                 topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=0)])),
             pb.ContainerDevices(resource_name=SHARED, device_ids=["shared-001"],
                                 topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=0)])),
@@ -47,7 +47,7 @@ def test_list_entries_per_numa_node_fold_into_one_holding_per_container_and_reso
             pb.ContainerDevices(resource_name="vendor.com/gpu", device_ids=["gpu0"]),
         ])])])
     assert holdings_from(response, [EXCLUSIVE, SHARED]) == (
-        Holding("ns", "p", "c", EXCLUSIVE, ("cpus-0.8",)), Holding("ns", "p", "c", SHARED, ("shared-001",)))
+        Holding("ns", "p", "c", EXCLUSIVE, ("core-n0-p0-c0",)), Holding("ns", "p", "c", SHARED, ("shared-001",)))
     assert len(holdings_from(response)) == 3  # no filter: other vendors' resources too
     allocatable = pb.AllocatableResourcesResponse(devices=[
         pb.ContainerDevices(resource_name=SHARED, device_ids=["shared-000"]),
@@ -65,20 +65,20 @@ def pools_of(live):
 def test_live_view_maps_ids_to_cpus_through_the_device_model():
     tree = device_tree(PLAN, XEON_D.online)
     assignments = Assignments(
-        holdings=(Holding("default", "web", "app", EXCLUSIVE, ("cpus-1.9",)),
+        holdings=(Holding("default", "web", "app", EXCLUSIVE, ("core-n0-p0-c1",)),
                   Holding("default", "web", "side", SHARED, ("shared-001",)),
-                  Holding("default", "old", "app", EXCLUSIVE, ("cpus-7.15",))),  # not in this plan
-        allocatable={EXCLUSIVE: frozenset({"cpus-0.8", "cpus-1.9"}), SHARED: frozenset({"shared-000", "shared-001"})},
+                  Holding("default", "old", "app", EXCLUSIVE, ("core-n0-p0-c7",))),  # not in this plan
+        allocatable={EXCLUSIVE: frozenset({"core-n0-p0-c0", "core-n0-p0-c1"}), SHARED: frozenset({"shared-000", "shared-001"})},
     )
     pools = pools_of(live_data(tree, assignments, "/s"))
     exclusive = pools["exclusive"]
     by_pod = {c["pod"]: c for c in exclusive["containers"]}
     assert by_pod["web"]["cpus"] == "1,9"
-    assert by_pod["old"]["cpus"] == "" and by_pod["old"]["devices"] == ["cpus-7.15"]  # an ID this plan lacks
-    assert exclusive["unknown_devices"] == ["cpus-7.15"]
-    assert exclusive["unhealthy_devices"] == [{"device": "cpus-2.10", "cpus": "2,10",
+    assert by_pod["old"]["cpus"] == "" and by_pod["old"]["devices"] == ["core-n0-p0-c7"]  # an ID this plan lacks
+    assert exclusive["unknown_devices"] == ["core-n0-p0-c7"]
+    assert exclusive["unhealthy_devices"] == [{"device": "core-n0-p0-c2", "cpus": "2,10",
                                                "reason": "not allocatable at the kubelet"}]
-    assert exclusive["free_by_numa_node"] == {"0": {"count": 1, "devices": ["cpus-0.8"]}}
+    assert exclusive["free_by_numa_node"] == {"0": {"count": 1, "devices": ["core-n0-p0-c0"]}}
     assert (exclusive["capacity"], exclusive["allocated"], exclusive["free"], exclusive["unhealthy"]) == (3, 1, 1, 1)
     assert pools["shared"]["containers"][0]["cpus"] == "3,11"  # a slot is its whole pool's CPUs
     assert {u["reason"] for u in pools["infra"]["unhealthy_devices"]} == {"resource not registered with the kubelet"}
@@ -88,11 +88,11 @@ def test_offline_cpus_in_the_tree_make_their_devices_unhealthy_and_without_alloc
     tree = device_tree(PLAN, XEON_D.online - {9})
     live = live_data(tree, Assignments(holdings=(), allocatable=None), "/s")
     pools = pools_of(live)
-    assert pools["exclusive"]["unhealthy_devices"] == [{"device": "cpus-1.9", "cpus": "1,9", "reason": "CPU offline"}]
+    assert pools["exclusive"]["unhealthy_devices"] == [{"device": "core-n0-p0-c1", "cpus": "1,9", "reason": "CPU offline"}]
     assert pools["infra"]["unhealthy"] == 0 and pools["infra"]["free"] == 2
     assert live["notes"] == ["the kubelet does not serve GetAllocatableResources: health is the topology's only"]
     lines = render_live(live)
-    assert "  unhealthy in exclusive (CPU offline): cpus-1.9" in lines
+    assert "  unhealthy in exclusive (CPU offline): core-n0-p0-c1" in lines
     assert "  no container holds a CMK device" in lines
 
 
