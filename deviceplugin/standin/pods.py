@@ -66,6 +66,8 @@ class AdmittedContainer:
     devices: Mapping[str, tuple[Device, ...]]
     answer: ContainerAnswer
     conflicts: tuple[Conflict, ...] = ()
+    #: The per-resource Allocate answers the kubelet checkpoints and replays at every start.
+    answers: tuple[tuple[str, ContainerAnswer], ...] = ()
 
     @property
     def device_ids(self) -> dict[str, tuple[str, ...]]:
