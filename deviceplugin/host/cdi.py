@@ -21,8 +21,15 @@ with podman 4.3 and containerd 1.7 accepts (they refuse a spec whose version
 they do not know), newer libraries still read it, and everything used here
 (spec-level edits, ``createRuntime`` hooks with a timeout) exists since 0.3.0.
 
-:func:`build_spec` is pure; :func:`write_spec` and :func:`remove_spec` are the
-only I/O, done at daemon start and shutdown, never inside Allocate.
+Why the daemon never removes it: the kubelet replays every container's cached
+Allocate answer, CDI names included, at each start and restart, also while the
+daemon is away (a rollout, a crash loop, a drain) and after an upgrade, and
+the runtime refuses a name it cannot resolve. So the spec names every pool the
+project has, whether served now or not, and stays until the node is
+uninstalled (README "Uninstalling").
+
+:func:`build_spec` is pure; :func:`write_spec` (daemon start) and
+:func:`remove_spec` (uninstalling) are the only I/O, never inside Allocate.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The daemon's CDI side: the spec is written at start, named in every Allocate answer, removed at exit.
+"""The daemon's CDI side: the spec is written at start, named in every Allocate answer, kept at exit.
 
 Real daemons (in-process and ``cmk device-plugin`` processes) against the
 kubelet stand-in, which merges the answers of several pools as the kubelet does.
@@ -11,7 +11,7 @@ import signal
 
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.host import cdi
-from deviceplugin.model.plan import PlanOptions
+from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.standin import ContainerSpec, PodSpec
 from pinner import hook
 from tests.protocol.test_daemon import (
@@ -28,7 +28,7 @@ from tests.topologies import fixture_copy
 SPEC_NAME = "cmk.intel.com-cpus.json"
 
 
-def test_spec_names_every_served_pool_and_the_installed_hook(kubelet, plugin_dir, tmp_path):
+def test_spec_names_every_pool_and_the_installed_hook_and_outlives_the_daemon(kubelet, plugin_dir, tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
                                    install_dir=INSTALL_DIR, plan=PlanOptions(), cdi_dir=tmp_path / "cdi"))
@@ -36,12 +36,12 @@ def test_spec_names_every_served_pool_and_the_installed_hook(kubelet, plugin_dir
     try:
         spec = json.loads((tmp_path / "cdi" / SPEC_NAME).read_text())
         assert spec["kind"] == "cmk.intel.com/cpus"
-        assert [d["name"] for d in spec["devices"]] == ["exclusive", "shared", "infra"]
+        assert sorted(d["name"] for d in spec["devices"]) == sorted(p.value for p in Pool)
         assert spec["containerEdits"]["hooks"] == [
             {"hookName": "createRuntime", "path": f"{INSTALL_DIR}/cmk", "args": list(hook.ARGS), "timeout": 10}]
     finally:
         daemon.stop()
-    assert not (tmp_path / "cdi" / SPEC_NAME).exists()
+    assert (tmp_path / "cdi" / SPEC_NAME).exists()  # restarts replay the names while the daemon is away
 
 
 def test_allocate_names_each_pools_cdi_device_and_they_merge(kubelet, plugin_dir, tmp_path):
@@ -79,7 +79,7 @@ def test_without_cdi_no_spec_and_no_cdi_devices(kubelet, plugin_dir, tmp_path):
         process.communicate(timeout=10)
 
 
-def test_the_cli_writes_the_spec_by_default_and_sigterm_removes_it(kubelet, plugin_dir, tmp_path):
+def test_the_cli_writes_the_spec_by_default_and_sigterm_keeps_it(kubelet, plugin_dir, tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     cdi_dir = tmp_path / "cdi"
     process = daemon_process(plugin_dir, sysfs, procfs, "--cdi-dir", str(cdi_dir), "--install-dir", "/host/opt/bin")
@@ -92,7 +92,7 @@ def test_the_cli_writes_the_spec_by_default_and_sigterm_removes_it(kubelet, plug
     finally:
         process.kill()
     assert process.returncode == 0, stderr
-    assert list(cdi_dir.iterdir()) == []
+    assert [p.name for p in cdi_dir.iterdir()] == [SPEC_NAME]
 
 
 def test_an_unwritable_cdi_dir_is_one_line_and_serves_nothing(kubelet, plugin_dir, tmp_path):
