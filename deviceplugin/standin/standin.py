@@ -257,8 +257,13 @@ class Kubelet:
             client = PluginClient(
                 resource, endpoint_path, dial_timeout=self._dial_timeout, rpc_timeout=self._rpc_timeout
             )
+        except PluginCallError as error:
+            self._connect_failed(resource, generation)
+            context.abort(grpc.StatusCode.UNKNOWN, str(error))
+        try:
             options = client.get_options()
         except PluginCallError as error:
+            client.close()
             self._connect_failed(resource, generation)
             context.abort(grpc.StatusCode.UNKNOWN, str(error))
         if _inode(endpoint_path) != socket_at_register:
@@ -566,9 +571,10 @@ class Kubelet:
     def readmit(self) -> dict[tuple[str, str], str]:
         """The admission pass of a kubelet that just started, over every admitted pod.
 
-        App containers (and sidecars) reported running are skipped; any other
-        holding a device goes through the kubelet's checks and fails the pod with
-        its error. Failed pods are removed (the kubelet marks them Failed and
+        App containers reported running are skipped; any other holding a device
+        goes through the kubelet's checks and fails the pod with its error.
+        Init containers are not re-checked (see the README's list of what the
+        stand-in does not model). Failed pods are removed (the kubelet marks them Failed and
         frees their devices). Returns (namespace, name) -> error of each failed pod.
         """
         failed: dict[tuple[str, str], str] = {}

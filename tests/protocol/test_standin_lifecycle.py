@@ -204,6 +204,28 @@ def test_a_failed_reregistration_orphans_the_live_client(make_kubelet, plugins) 
     kubelet.wait_for(lambda: not kubelet.orphaned(R) and kubelet.options(R) is not None, what="registered anew")
 
 
+class BrokenOptions(MiniPlugin):
+    """A second server of the same resource whose GetDevicePluginOptions fails."""
+
+    def GetDevicePluginOptions(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.DevicePluginOptions:
+        context.abort(grpc.StatusCode.UNAVAILABLE, "options are broken here")
+
+
+def test_a_reregistration_whose_options_call_fails_orphans_the_live_client(kubelet: Kubelet, registered, plugin_dir: Path) -> None:  # noqa: F811
+    plugin = registered()
+    broken = BrokenOptions(plugin_dir)
+    broken.endpoint = "broken.sock"
+    broken.serve()
+    try:
+        with pytest.raises(grpc.RpcError, match="failed to get device plugin options"):
+            broken.register()
+        assert kubelet.orphaned(R)
+        assert len(kubelet.admit(pod("p", {R: 2})).container("c0").device_ids[R]) == 2  # Allocate still reaches it
+        assert plugin.payloads("Allocate")
+    finally:
+        broken.stop()
+
+
 # -- re-admission after a kubelet restart ------------------------------------------------------------
 
 
