@@ -71,17 +71,20 @@ def test_a_pool_whose_stream_the_kubelet_dropped_registers_again(kubelet, start_
     assert daemon.registered and kubelet.violations() == []
 
 
-def test_registered_means_the_kubelet_holds_the_stream(kubelet, start_daemon, tmp_path):  # noqa: F811
-    """Before: a pool counted as registered for good once Register had returned."""
+def test_registered_means_the_kubelet_holds_the_stream(kubelet, start_daemon, tmp_path, monkeypatch):  # noqa: F811
+    """Before: a pool counted as registered for good once Register had returned to the same kubelet."""
+    from deviceplugin.standin import standin
+
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = start_daemon(sysfs, procfs)
     wait_registered(kubelet, SERVED)
     assert daemon.registered_resources() == SERVED
-    server = daemon.servers[SHARED]
-    assert server.streaming
-    kubelet.stop()  # streams end; kubelet.sock goes; nothing is registered any more
-    kubelet.wait_for(lambda: not server.streaming, what="stream ended on the daemon's side")
-    assert daemon.registered_resources() == frozenset() and not daemon.registered
+    original = standin.registration_problem
+    monkeypatch.setattr(standin, "registration_problem", lambda request: (
+        "refused by this test" if request.resource_name == SHARED else original(request)))
+    kubelet.drop_stream(SHARED)  # the same kubelet stays up, and refuses the pool from now on
+    kubelet.wait_for(lambda: not daemon.servers[SHARED].streaming, what="stream ended on the daemon's side")
+    assert daemon.registered_resources() == {EXCLUSIVE, INFRA} and not daemon.registered
 
 
 def test_one_pool_refused_by_the_kubelet_does_not_hold_the_others_up(make_kubelet, plugin_dir, tmp_path):

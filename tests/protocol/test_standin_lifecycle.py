@@ -200,8 +200,9 @@ def test_a_failed_reregistration_orphans_the_live_client(make_kubelet, plugins) 
     plugin.end_stream()
     time.sleep(0.5)
     assert kubelet.allocatable()[R] == 3  # no disconnect is processed for an orphan: capacity stays as it was
-    plugin.register()
-    kubelet.wait_for(lambda: not kubelet.orphaned(R) and kubelet.options(R) is not None, what="registered anew")
+    plugin.stop()
+    plugin.serve().register()  # a new server: the ended one would end its next stream at once
+    kubelet.wait_for(lambda: not kubelet.orphaned(R) and kubelet.allocatable()[R] == 3, what="registered anew")
 
 
 class BrokenOptions(MiniPlugin):
