@@ -24,6 +24,21 @@ several sysfs files changing for one CPU) costs one reaction:
   ``kubelet.sock`` that no pool has registered with yet only cuts the
   registrar's backoff short, so one kubelet restart (sockets deleted, then
   ``kubelet.sock`` created) costs exactly one re-registration per pool.
+- a stream lost while the kubelet stays up (it ended the stream: a broken
+  connection, a failed re-registration): the kubelet never dials back, so
+  that pool registers again with the same server, unless a newer stream has
+  opened since (one re-registration per lost stream, never two live ones).
+- the plugin directory deleted and recreated (a hostPath re-made under the
+  pod): checked every :data:`DIR_CHECK_SECONDS`; watch, lock and serve anew.
+
+Files: the daemon takes the node lock (:mod:`deviceplugin.host.nodelock`)
+before it writes anything, so it only ever replaces or deletes its own files.
+The CDI spec is written at start and never removed by the daemon: the kubelet
+replays cached Allocate answers, CDI names included, at every container
+restart, also while the daemon is away or being upgraded. It carries a device
+for every core of the node and every slot pool, served now or not, and keeps
+the devices the spec on disk had, so no plan change can leave a checkpointed
+name unresolvable; ``cmk uninstall`` removes it.
 """
 
 from __future__ import annotations
@@ -31,6 +46,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,11 +60,17 @@ from deviceplugin.errors import CmkError
 from deviceplugin.events import Events
 from deviceplugin.host import cdi
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.nodelock import NodeLock
 from deviceplugin.host.sysfs import discover
-from deviceplugin.host.watchers import PluginDirWatcher, cpu_watcher
+from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
 from deviceplugin.kubelet.registration import Registrar, Registration, socket_identity
 from deviceplugin.kubelet.server import PoolServer, Preference, options_message
-from deviceplugin.model.devices import DeviceTree, device_tree, health_changes
+from deviceplugin.model.devices import (
+    DeviceTree,
+    core_device_ids,
+    device_tree,
+    health_changes,
+)
 from deviceplugin.model.plan import (
     RESOURCE_NAMES,
     PlanOptions,
@@ -61,7 +83,9 @@ from pinner.cpulist import format_cpu_list
 
 log = logging.getLogger(__name__)
 
-_CPUS, _KUBELET, _STOP, _HELD = "cpus", "kubelet", "stop", "held"
+_CPUS, _KUBELET, _STREAM, _TICK, _STOP, _HELD = "cpus", "kubelet", "stream", "tick", "stop", "held"
+#: How often the supervisor checks that the plugin directory is still the one it watches.
+DIR_CHECK_SECONDS = 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +101,8 @@ class DaemonSettings:
     pod_resources_socket: Path | None = None
     #: Seconds between re-reads of pod resources while a core is withheld (to put it back once freed).
     held_recheck: float = 10.0
+    #: Why the config was refused, when ``plan`` is the last good one instead (health says NOT_SERVING).
+    config_problem: str | None = None
 
 
 def socket_name(resource: str) -> str:
@@ -113,9 +139,14 @@ class Daemon:
         self._registrar: Registrar | None = None
         self._events: queue.Queue[tuple[str, str]] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="cmk-supervisor", daemon=True)
-        self._watchers: list = []
-        self._cdi_written = False
+        self._watchers: list[PluginDirWatcher | CpuWatcher] = []
+        self._dir_watcher: PluginDirWatcher | None = None
+        self._lock = NodeLock(settings.kubelet_dir)
+        self._dir_identity: tuple[int, int] | None = None
+        self._lost: list[tuple[PoolServer, int]] = []
+        self._lost_lock = threading.Lock()
         self.withheld: tuple[Withheld, ...] = ()
+        self._held_due = 0.0
         self._online = topology.online
         self._slots_before: dict[str, frozenset[int]] | None = None
         self._slots_held_at_start: dict[str, frozenset[str]] | None = None
@@ -127,38 +158,45 @@ class Daemon:
             self.settings.kubelet_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise CmkError(f"cannot use --kubelet-dir {self.settings.kubelet_dir}: {err.strerror}") from None
+        self._lock.acquire()  # before any file is written or removed: a second daemon stops here
+        self._dir_identity = socket_identity(self.settings.kubelet_dir)
         for note in self.plan.notes:
             log.info("plan: %s", note)
         self._write_cdi_spec()  # before serving: an Allocate answer may name its devices at once
         self._serve()
-        watchers = [
-            PluginDirWatcher(self.settings.kubelet_dir, kubelet_socket_name=KUBELET_SOCKET_NAME,
-                             on_kubelet=lambda: self._events.put((_KUBELET, "")),
-                             on_deleted=lambda name: self._events.put((_KUBELET, name))),
-            cpu_watcher(self.settings.sysfs_root, lambda: self._events.put((_CPUS, ""))),
-        ]
-        for watcher in watchers:
-            try:
-                watcher.start()
-            except OSError as err:  # e.g. EMFILE: uid 0 shares its inotify instances with the whole node
-                raise CmkError(f"cannot watch for kubelet restarts and CPU hotplug: {err.strerror} "
-                               "(raise the sysctl fs.inotify.max_user_instances)") from None
-            self._watchers.append(watcher)  # stop() stops only what started
+        self._start_watcher(self._plugin_dir_watcher())
+        self._start_watcher(cpu_watcher(self.settings.sysfs_root, lambda: self._events.put((_CPUS, ""))))
         self._events.put((_CPUS, ""))  # a CPU that changed before the watcher started
         self._thread.start()
 
+    def _plugin_dir_watcher(self) -> PluginDirWatcher:
+        watcher = PluginDirWatcher(self.settings.kubelet_dir, kubelet_socket_name=KUBELET_SOCKET_NAME,
+                                   on_kubelet=lambda: self._events.put((_KUBELET, "")),
+                                   on_deleted=lambda name: self._events.put((_KUBELET, name)))
+        self._dir_watcher = watcher
+        return watcher
+
+    def _start_watcher(self, watcher: PluginDirWatcher | CpuWatcher) -> None:
+        try:
+            watcher.start()
+        except OSError as err:  # e.g. EMFILE: uid 0 shares its inotify instances with the whole node
+            raise CmkError(f"cannot watch for kubelet restarts and CPU hotplug: {err.strerror} "
+                           "(raise the sysctl fs.inotify.max_user_instances)") from None
+        self._watchers.append(watcher)  # stop() stops only what started
+
     def stop(self) -> None:
-        """Stop reacting, end every stream, stop serving and remove our sockets."""
+        """Stop reacting, end every stream, stop serving and remove our sockets; the CDI spec stays."""
         if self._thread.is_alive():
             self._events.put((_STOP, ""))
             self._thread.join()
         for watcher in self._watchers:
             watcher.stop()
+        self._watchers.clear()
         served = len(self._servers)
-        self._stop_serving()
+        self._stop_serving(wait=False)  # exiting: no new server of ours will bind the sockets
         if served:
             log.info("stopped serving %d pools; sockets removed", served)
-        self._remove_cdi_spec()
+        self._lock.release()
 
     @property
     def servers(self) -> dict[str, PoolServer]:
@@ -166,39 +204,38 @@ class Daemon:
 
     @property
     def registered(self) -> bool:
-        """Every pool registered with the kubelet currently listening (for tests and the demo)."""
-        registrar = self._registrar
-        return registrar is not None and registrar.done and self._registered_with_current_kubelet(registrar)
+        """Every pool registered with the kubelet currently listening, which holds its stream."""
+        return self.registered_resources() == frozenset(self.tree)
 
     def registered_resources(self) -> frozenset[str]:
-        """Resources registered with the kubelet currently listening (the metrics' registered gauge)."""
-        registrar, current = self._registrar, socket_identity(self.kubelet_socket)
+        """Resources registered with the kubelet now listening whose stream it holds (``cmk_pool_registered``).
+
+        A registration alone is not enough: the kubelet may have ended the
+        stream since, and then allocatable is 0 however long ago it registered.
+        """
+        registrar, current, servers = self._registrar, socket_identity(self.kubelet_socket), self.servers
         if registrar is None or current is None:
             return frozenset()
-        return frozenset(r for r, identity in registrar.registered_with().items() if identity == current)
+        return frozenset(r for r, identity in registrar.registered_with().items()
+                         if identity == current and r in servers and servers[r].streaming)
 
     # --- CDI ------------------------------------------------------------------------------
 
     def _write_cdi_spec(self) -> None:
-        """One CDI device per core and per slot pool: the plan fixes them, so hotplug never rewrites it."""
+        """A device per core of the node and per slot pool, and every device the spec on disk had.
+
+        Served or not: a checkpointed answer may name a core or pool this plan
+        moved or dropped. The plan fixes them, so hotplug never rewrites it; it
+        is kept when the daemon stops.
+        """
         if self.settings.cdi_dir is None:
             return
-        spec = cdi.build_spec(cdi.spec_devices(self.tree), cdi.hook_path(self.settings.install_dir))
+        cores = {name: core.cpus for core, name in core_device_ids(self.plan.all_cores).items()}
+        spec = cdi.build_spec(cdi.spec_devices(self.tree, cores), cdi.hook_path(self.settings.install_dir))
+        spec = cdi.kept_devices(cdi.read_spec(self.settings.cdi_dir), spec)
         path = cdi.write_spec(spec, self.settings.cdi_dir)
-        self._cdi_written = True
-        log.info("CDI spec %s: %d devices (%s), hook %s", path, len(spec["devices"]),
+        log.info("CDI spec %s: %d devices (%s), hook %s (kept when the daemon stops)", path, len(spec["devices"]),
                  ", ".join(d["name"] for d in spec["devices"]), cdi.hook_path(self.settings.install_dir))
-
-    def _remove_cdi_spec(self) -> None:
-        if self.settings.cdi_dir is None or not self._cdi_written:
-            return
-        try:
-            cdi.remove_spec(self.settings.cdi_dir)
-        except CmkError as err:  # shutting down anyway: say so, do not mask why we stopped
-            log.warning("%s", err)
-            return
-        self._cdi_written = False
-        log.info("CDI spec removed from %s", self.settings.cdi_dir)
 
     # --- serving --------------------------------------------------------------------------
 
@@ -208,7 +245,9 @@ class Daemon:
         for resource, devices in self.tree.items():
             server = PoolServer(devices, socket_path=self.settings.kubelet_dir / socket_name(resource),
                                 install_dir=self.settings.install_dir, prefer=self._prefer,
-                                cdi=self.settings.cdi_dir is not None, events=self.events)
+                                cdi=self.settings.cdi_dir is not None, events=self.events,
+                                on_stream_lost=self._stream_lost,
+                                config_ok=self.settings.config_problem is None)
             server.start()
             self._servers[resource] = server
             registrations.append(Registration(resource, server.socket_path.name, options_message(devices)))
@@ -216,12 +255,20 @@ class Daemon:
                              f"{len(devices.devices)} devices, {devices.healthy} healthy",
                              resource=resource, socket=str(server.socket_path), devices=len(devices.devices),
                              healthy=devices.healthy)
-        self._registrar = Registrar(self.kubelet_socket, registrations, self.events)
+        servers = dict(self._servers)
+        self._registrar = Registrar(self.kubelet_socket, registrations, self.events,
+                                    served=lambda resource: servers[resource].socket_is_mine())
         self._registrar.start()
 
-    def _stop_serving(self) -> None:
+    def _stop_serving(self, *, wait: bool = True) -> None:
+        """Let a Register already sent finish (``wait``), end the streams, stop the servers.
+
+        A Register in flight when the servers are replaced would otherwise
+        have the kubelet dial the new server at the same socket path: a second
+        client of one pool whose late end then disconnects the new one.
+        """
         if self._registrar is not None:
-            self._registrar.cancel(wait=False)  # a Register in flight fails once its server is gone
+            self._registrar.cancel(wait=wait)
         stopped = [server.stop() for server in self._servers.values()]
         for done in stopped:
             done.wait()
@@ -229,20 +276,26 @@ class Daemon:
             server.remove_socket()
         self._servers.clear()
 
-    def _registered_with_current_kubelet(self, registrar: Registrar) -> bool:
-        current = socket_identity(self.kubelet_socket)
-        return current is not None and all(i == current for i in registrar.registered_with().values())
+    def _stream_lost(self, server: PoolServer, stream: int) -> None:
+        """From a server's worker thread: the kubelet ended ``stream`` (its number on that server)."""
+        with self._lost_lock:
+            self._lost.append((server, stream))
+        self._events.put((_STREAM, server.resource))
 
     # --- events ---------------------------------------------------------------------------
 
     def _next_event(self) -> tuple[str, str]:
-        """The next event; while a core is withheld, a re-read of pod resources every ``held_recheck`` s."""
-        if not self.withheld:
-            return self._events.get()
-        try:
-            return self._events.get(timeout=self.settings.held_recheck)
-        except queue.Empty:
+        """The next event; a tick at least every :data:`DIR_CHECK_SECONDS` (the plugin directory check)
+        and, while a core is withheld, a re-read of pod resources every ``held_recheck`` s."""
+        if self.withheld and time.monotonic() >= self._held_due:
             return (_HELD, "")
+        timeout = DIR_CHECK_SECONDS
+        if self.withheld:
+            timeout = min(timeout, max(0.0, self._held_due - time.monotonic()))
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            return (_TICK, "")
 
     def _loop(self) -> None:
         while True:
@@ -259,8 +312,12 @@ class Daemon:
                     self._learn_held()
                 if any(kind == _CPUS for kind, _ in batch):
                     self._refresh()
-                if any(kind == _KUBELET for kind, _ in batch) and self._kubelet_restarted(batch):
+                if self._plugin_dir_replaced():
+                    self._rewatch()
                     self._restart()
+                elif any(kind == _KUBELET for kind, _ in batch) and self._kubelet_restarted(batch):
+                    self._restart()
+                self._register_lost_pools()  # after a restart: the lost streams were the old servers'
             except Exception:  # the daemon must outlive any single bad event
                 log.exception("handling %s failed; waiting for the next event", sorted(batch))
 
@@ -277,6 +334,36 @@ class Daemon:
             return True  # registered with the previous kubelet: its streams must end first
         registrar.retry_now()  # nothing tied to an old kubelet: just stop waiting out the backoff
         return False
+
+    def _register_lost_pools(self) -> None:
+        with self._lost_lock:
+            lost, self._lost = self._lost, []
+        registrar = self._registrar
+        for server, stream in lost:
+            if registrar is None or self._servers.get(server.resource) is not server:
+                continue  # a server we replaced since
+            if server.opened != stream or server.streaming:
+                continue  # the kubelet opened a newer stream: registered already
+            if registrar.again(server.resource):
+                self.events.emit("stream_lost", f"the kubelet ended the ListAndWatch stream of {server.resource} "
+                                 "and will not dial back: registering it again", resource=server.resource)
+
+    def _plugin_dir_replaced(self) -> bool:
+        """The directory we watch and lock is gone and a new one is in its place (hostPath re-made)."""
+        current = socket_identity(self.settings.kubelet_dir)
+        return current is not None and current != self._dir_identity
+
+    def _rewatch(self) -> None:
+        """Watch and lock the new directory; the sockets and the lock file went with the old one."""
+        self.events.emit("plugin_dir_replaced", f"{self.settings.kubelet_dir} was deleted and created again: "
+                         "locking, watching and serving the new one", directory=str(self.settings.kubelet_dir))
+        self._dir_identity = socket_identity(self.settings.kubelet_dir)
+        if self._dir_watcher is not None:
+            self._dir_watcher.stop()
+            self._watchers.remove(self._dir_watcher)
+        self._start_watcher(self._plugin_dir_watcher())
+        self._lock.release()
+        self._lock.acquire()
 
     def _restart(self) -> None:
         self.events.emit("kubelet_restart", f"kubelet restart seen: stopping {len(self._servers)} servers, "
@@ -321,6 +408,7 @@ class Daemon:
         socket = self.settings.pod_resources_socket
         if socket is None:
             return
+        self._held_due = time.monotonic() + self.settings.held_recheck
         from deviceplugin.host.slotrecord import read_record, write_record
         from deviceplugin.kubelet.podresources import Unavailable, read_assignments
 

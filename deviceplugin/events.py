@@ -12,6 +12,8 @@ Events (``event`` field) and their fields:
 - ``registered``: resource, endpoint, preferred_allocation
 - ``register_failed`` (warning, once per outage): resource, kubelet_socket, code, details
 - ``kubelet_restart``: servers
+- ``stream_lost``: resource (the kubelet ended its stream; registering it again)
+- ``plugin_dir_replaced``: directory
 - ``health_changed``: pool, resource, device, cpus, healthy
 - ``allocated``: pool, resource, devices, cpus, seconds. The kubelet's Allocate
   request names no pod or container; ``allocation_resolved`` adds them later.
@@ -21,7 +23,8 @@ Events (``event`` field) and their fields:
 - ``allocation_resolved``: pool, resource, devices, cpus, namespace, pod, container
 - ``core_withheld`` (warning): core, pool, resource, device, reason: a core the kubelet
   still holds under another ID or pool is kept out of every pool; ``core_released``: core, pool
-- ``metrics_serving``: address; ``nfd_written``: path, labels; ``nfd_removed``: path
+- ``metrics_serving``: address; ``nfd_written``: path, labels; ``nfd_removed``: path;
+  ``nfd_kept``: path (not the file this daemon wrote)
 - ``config_error`` (error): error
 """
 

@@ -32,6 +32,7 @@ from deviceplugin.cli.flags import (
 from deviceplugin.errors import CmkError
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.model.plan import PlanOptions
 from deviceplugin.observe.logs import FORMATS
 
 if TYPE_CHECKING:
@@ -57,8 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "(DevicePluginCDIDevices: beta and on in 1.29, GA in 1.31) and containerd 1.7+ "
                             "with enable_cdi, or CRI-O 1.23+; older ones ignore it (default: on)")
     group.add_argument("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
-                       help="the runtime's CDI spec directory the spec is written into at start and "
-                            f"removed from at exit (default: {DEFAULT_CDI_DIR})")
+                       help="the runtime's CDI spec directory the spec is written into at start; it stays "
+                            "when the daemon stops (restarted containers still name its devices): README "
+                            f"'Uninstalling' says when to remove it (default: {DEFAULT_CDI_DIR})")
     group.add_argument("--config", type=Path, metavar="FILE",
                        help="YAML file with these flags as keys, all but --config, --log-level and --log-format "
                             "(e.g. num-exclusive-cores: 4); "
@@ -97,17 +99,61 @@ def run(args: argparse.Namespace) -> int:
         return err.exit_code
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _daemon(args: argparse.Namespace, events: Events) -> Daemon:
+    """The daemon of the config, or, when the config or its plan is bad, of the last plan served.
+
+    The running daemon is gone already (a rollout stops it first), so refusing
+    to start would take every pool off the node: the last good plan keeps them
+    while the error line, ``cmk_config_fallback`` and the readiness probe
+    (``cmk probe --require-good-config``, halting the rollout) say what is wrong.
+    """
     from deviceplugin.daemon import Daemon, DaemonSettings
+    from deviceplugin.host import lastgood
+
+    def make(plan: PlanOptions, problem: str | None) -> Daemon:
+        settings = DaemonSettings(kubelet_dir=args.kubelet_dir, sysfs_root=args.sysfs_root,
+                                  procfs_root=args.procfs_root, install_dir=str(args.install_dir),
+                                  plan=plan, cdi_dir=args.cdi_dir if args.cdi else None,
+                                  pod_resources_socket=args.pod_resources_socket, config_problem=problem)
+        return Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
+
+    try:
+        apply_config(args, load_config(args.config) if args.config else {})
+        return make(plan_options(args), None)
+    except CmkError as err:
+        apply_config(args, {})  # whatever the file could not set: the command line, else the defaults
+        last = lastgood.load(args.kubelet_dir)
+        if last is None:
+            raise
+        try:
+            daemon = make(last, str(err))
+        except CmkError:
+            raise err from None
+        source = f"--config {args.config} and the flags" if args.config else "the flags"
+        events.emit("config_refused", f"refused {source}: {err}; serving the last good plan from "
+                    f"{lastgood.path_in(args.kubelet_dir)} instead: fix the config and roll out again",
+                    level=logging.ERROR, error=str(err))
+        return daemon
+
+
+def _remember_plan(daemon: Daemon, events: Events) -> None:
+    from deviceplugin.host import lastgood
+
+    if daemon.settings.config_problem is not None:
+        return
+    try:
+        lastgood.save(daemon.settings.kubelet_dir, daemon.settings.plan)
+    except OSError as err:
+        events.emit("last_good_plan_unsaved", f"cannot remember the plan in {daemon.settings.kubelet_dir}: "
+                    f"{err.strerror}; a later bad config would then stop the pools", level=logging.WARNING,
+                    error=err.strerror)
+
+
+def _serve(args: argparse.Namespace) -> int:
     from deviceplugin.events import Events
 
-    apply_config(args, load_config(args.config) if args.config else {})
-    settings = DaemonSettings(kubelet_dir=args.kubelet_dir, sysfs_root=args.sysfs_root,
-                              procfs_root=args.procfs_root, install_dir=str(args.install_dir),
-                              plan=plan_options(args), cdi_dir=args.cdi_dir if args.cdi else None,
-                              pod_resources_socket=args.pod_resources_socket)
     events = Events()
-    daemon = Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
+    daemon = _daemon(args, events)
 
     # SIGTERM/SIGINT are blocked before the first thread starts (every thread inherits the mask) and
     # taken with sigwait: a Python handler setting an Event the main thread waits on could deadlock
@@ -120,6 +166,7 @@ def _serve(args: argparse.Namespace) -> int:
             _observe(daemon, events, args, cleanup)
             cleanup.callback(daemon.stop)
             daemon.start()
+            _remember_plan(daemon, events)  # only now: a plan that served, on this node
             if args.nfd:  # labels say what is served: written once serving has started
                 _write_nfd(daemon, events, args.nfd_features_dir, cleanup)
             # The topology, plan and device tree live as long as the process: keep the cyclic
@@ -148,7 +195,7 @@ def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: 
         collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
                                   registered=daemon.registered_resources, pod_resources=args.pod_resources_socket,
                                   cpu_stats=cpu_stats)
-        metrics = Metrics(collector, daemon.tree)
+        metrics = Metrics(collector, daemon.tree, config_fallback=daemon.settings.config_problem is not None)
         events.listen(metrics.on_event)
         host, port = cleanup.enter_context(serve_metrics(metrics.registry, *args.metrics_address))
         events.emit("metrics_serving", f"serving metrics at http://{host}:{port}/metrics",
@@ -156,19 +203,28 @@ def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: 
 
 
 def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitStack) -> None:
-    from deviceplugin.host.nfd import feature_labels, remove_features, write_features
+    from deviceplugin.host.nfd import (
+        feature_labels,
+        file_identity,
+        remove_features,
+        write_features,
+    )
 
     labels = feature_labels(daemon.topology, daemon.plan)
     path = write_features(directory, labels)
+    written = file_identity(path)
 
     def remove() -> None:
         try:
-            remove_features(path)
+            removed = remove_features(path, written)
         except OSError as err:  # shutting down anyway: say so, still exit 0 as a rollout expects
             events.emit("nfd_remove_failed", f"cannot remove {path}: {err.strerror}", level=logging.WARNING,
                         path=str(path), error=err.strerror)
             return
-        events.emit("nfd_removed", f"removed {path}", path=str(path))
+        if removed:
+            events.emit("nfd_removed", f"removed {path}", path=str(path))
+        else:
+            events.emit("nfd_kept", f"left {path} alone: it is not the file this daemon wrote", path=str(path))
 
     cleanup.callback(remove)
     events.emit("nfd_written", f"wrote NFD labels to {path}", path=str(path),

@@ -1,13 +1,19 @@
-"""``cmk probe``: exit 0 only when the daemon's device-plugin sockets answer.
+"""``cmk probe``: exit 0 only when the daemon's pools answer and the kubelet holds their streams.
 
 The DaemonSet's startup, readiness and liveness probe (an exec probe in the
 daemon's own container). It dials every socket the daemon names
 (``cmk-<resource>.sock``) that exists in the kubelet's device-plugin
 directory and calls ``GetDevicePluginOptions`` -- the very call the kubelet
-makes while registering a plugin -- and needs at least one. The kubelet
-deletes every plugin socket when it restarts, so sockets that answer also
-mean the daemon re-bound (and re-registered) after the last kubelet restart;
-a crashed daemon's leftover socket refuses, and hung servers miss the deadline.
+makes while registering a plugin -- and needs at least one. A crashed daemon's
+leftover socket refuses, and hung servers miss the deadline.
+
+Answering is not being registered: the kubelet may have ended a pool's
+stream (allocatable 0) while the daemon still serves. So the probe also asks
+each socket's standard gRPC health service, which says SERVING only while
+the kubelet holds a ListAndWatch stream to that pool. With
+``--require-good-config`` (the readiness probe) it also fails while the daemon
+refused its config and serves its last good plan, so a rollout of a bad config
+halts on the first node instead of going on.
 
 It does not plan the pools again. A plan made now can differ from the one
 the daemon serves: an isolated core whose CPUs went offline vanishes from
@@ -50,13 +56,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the kubelet's device-plugin directory (default: {DEVICE_PLUGIN_DIR})")
     parser.add_argument("--timeout", type=_positive_seconds, default=2.0, metavar="SECONDS",
                         help="deadline of each socket's GetDevicePluginOptions call (default: 2)")
+    parser.add_argument("--require-good-config", action="store_true",
+                        help="also fail while the daemon refused its config and serves the last good plan "
+                             "(for the readiness probe: a rollout of a bad config stops at the first node)")
 
 
-def _dial(path: Path, timeout: float) -> str | None:
-    """None if the plugin at ``path`` answers GetDevicePluginOptions, else why not."""
+def _dial(path: Path, timeout: float, require_good_config: bool = False) -> str | None:
+    """None if the plugin at ``path`` answers and the kubelet holds its stream, else why not."""
     import grpc
 
+    from api.health.v1 import health_pb2, health_pb2_grpc
     from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
+    from deviceplugin.kubelet.server import CONFIG_SERVICE
+
+    SERVING = health_pb2.HealthCheckResponse.SERVING
 
     with grpc.insecure_channel(f"unix://{os.path.abspath(path)}") as channel:
         try:
@@ -64,6 +77,17 @@ def _dial(path: Path, timeout: float) -> str | None:
                 deviceplugin_pb2.Empty(), timeout=timeout, wait_for_ready=False)
         except grpc.RpcError as err:
             return f"{path} does not answer GetDevicePluginOptions ({err.code().name}: {err.details()})"
+        services = [""] + ([CONFIG_SERVICE] if require_good_config else [])
+        try:
+            serving = [health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout).status == SERVING
+                for service in services]
+        except grpc.RpcError as err:
+            return f"{path} does not answer the gRPC health check ({err.code().name}: {err.details()})"
+    if not serving[0]:
+        return f"{path} answers but the kubelet holds no ListAndWatch stream to it (not registered)"
+    if not all(serving):
+        return f"{path}: the daemon refused its config and serves its last good plan (see the daemon's log)"
     return None
 
 
@@ -72,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     if not sockets:
         raise CmkError(f"no cmk device-plugin socket in {args.kubelet_dir}: the daemon is not serving "
                        "(see its log)")
-    failures = [problem for path in sockets if (problem := _dial(path, args.timeout))]
+    failures = [problem for path in sockets if (problem := _dial(path, args.timeout, args.require_good_config))]
     if failures:
         raise CmkError("; ".join(failures) + " (see the daemon's log)")
-    print(f"ready: {', '.join(path.name for path in sockets)} answer in {args.kubelet_dir}")
+    print(f"ready: {', '.join(path.name for path in sockets)} answer in {args.kubelet_dir}, each streaming to the kubelet")
     return 0

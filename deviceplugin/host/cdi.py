@@ -1,8 +1,8 @@
 """The CDI spec that makes the container runtime run ``cmk hook`` for our containers, with their CPUs.
 
 One spec file per node daemon, kind ``cmk.intel.com/cpus``, one device per CPU
-set the daemon hands out: one per core of the core pools, named after the
-kubelet device ID (``cmk.intel.com/cpus=cpus-1.9``), and one per slot pool
+set the daemon may hand out: one per core of the node, named after its core
+device ID (``cmk.intel.com/cpus=core-n0-p0-c1``), and one per slot pool
 (``cmk.intel.com/cpus=shared``: every slot of a pool has the pool's CPUs).
 Each device's ``containerEdits`` add a ``createRuntime`` hook carrying that
 device's CPUs, ``cmk hook --cpus=1,9``. An Allocate answer names the CDI
@@ -32,10 +32,20 @@ with podman 4.3 and containerd 1.7 accepts (they refuse a spec whose version
 they do not know), newer libraries still read it, and everything used here
 (device-level edits, ``createRuntime`` hooks with a timeout) exists since 0.3.0.
 
-:func:`build_spec` is pure (the names come from
-``deviceplugin.model.answers``, which the Allocate answers use too); :func:`write_spec` and
-:func:`remove_spec` are the only I/O, done at daemon start and shutdown, never
-inside Allocate.
+Why the daemon never removes it: the kubelet replays every container's cached
+Allocate answer, CDI names included, at each start and restart, also while the
+daemon is away (a rollout, a crash loop, a drain) and after an upgrade, and
+the runtime refuses a name it cannot resolve. So the spec carries a device for
+every ID any pool may hand out, served now or not: every core of the node
+(a replan may move a core between pools), every served slot pool, and every
+device the spec on disk already had that the new plan does not define (a slot
+pool this plan dropped keeps the CPUs it was written with). It stays until the
+node is uninstalled (README "Uninstalling").
+
+:func:`build_spec` and :func:`kept_devices` are pure (the names come from
+``deviceplugin.model.answers``, which the Allocate answers use too);
+:func:`read_spec`, :func:`write_spec` (daemon start) and :func:`remove_spec`
+(uninstalling) are the only I/O, never inside Allocate.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from deviceplugin.errors import CmkError
@@ -68,7 +79,7 @@ HOOK_STAGE = "createRuntime"
 
 
 def device_name(device: str) -> str:
-    """The fully qualified name an Allocate answer returns: ``cmk.intel.com/cpus=cpus-1.9``."""
+    """The fully qualified name an Allocate answer returns: ``cmk.intel.com/cpus=core-n0-p0-c1``."""
     return f"{KIND}={device}"
 
 
@@ -77,10 +88,46 @@ def hook_path(install_dir: str) -> str:
     return f"{install_dir.rstrip('/')}/{INSTALLED_NAME}"
 
 
-def spec_devices(tree: DeviceTree) -> dict[str, frozenset[int]]:
-    """Every CDI device the daemon's pools can name, with its CPUs."""
-    return {cdi_device(devices, device.id): device.cpus
-            for devices in tree.values() for device in devices.devices.values()}
+def spec_devices(tree: DeviceTree, cores: Mapping[str, frozenset[int]] = MappingProxyType({})) -> dict[str, frozenset[int]]:
+    """Every CDI device the daemon's pools can name, with its CPUs; ``cores`` (core ID -> CPUs) adds cores in no core pool now."""
+    devices = dict(cores)
+    devices.update((cdi_device(pool, device.id), device.cpus)
+                   for pool in tree.values() for device in pool.devices.values())
+    return devices
+
+
+def kept_devices(previous: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` plus every device of the ``previous`` spec (ours, on disk) that ``spec`` does not name.
+
+    A checkpointed answer may name a device this plan no longer defines; the
+    runtime refuses a container start whose CDI name does not resolve. Only
+    devices whose own hook carries ``--cpus`` are kept: a device of an older
+    release (its CPUs only in the untrusted env) must stay unresolvable, not
+    start its container unconfined.
+    """
+    named = {device["name"] for device in spec["devices"]}
+    old = previous.get("devices", []) if isinstance(previous, Mapping) and previous.get("kind") == KIND else []
+    kept = [device for device in old if device.get("name") not in named and _confines(device)]
+    return {**spec, "devices": [*spec["devices"], *kept]}
+
+
+def _confines(device: object) -> bool:
+    """The device adds a ``cmk hook --cpus=LIST`` hook of its own."""
+    edits = device.get("containerEdits") if isinstance(device, Mapping) else None
+    hooks = edits.get("hooks") if isinstance(edits, Mapping) else None
+    return isinstance(hooks, list) and any(
+        isinstance(h, Mapping) and isinstance(h.get("args"), list)
+        and any(isinstance(a, str) and a.startswith(f"{hook.CPUS_OPTION}=") for a in h["args"])
+        for h in hooks)
+
+
+def read_spec(cdi_dir: Path) -> dict[str, Any] | None:
+    """The spec a daemon wrote before (None: none, or unreadable: the new one replaces it whole)."""
+    try:
+        spec = json.loads((cdi_dir / SPEC_FILE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return spec if isinstance(spec, dict) else None
 
 
 def build_spec(devices: Mapping[str, frozenset[int]], hook_path: str) -> dict[str, Any]:
@@ -132,7 +179,7 @@ def write_spec(spec: Mapping[str, Any], cdi_dir: Path) -> Path:
 
 
 def remove_spec(cdi_dir: Path) -> None:
-    """Remove our spec file; a missing one is fine (shutdown after a failed start)."""
+    """Remove our spec file (uninstalling); a missing one is fine."""
     try:
         (cdi_dir / SPEC_FILE_NAME).unlink(missing_ok=True)
     except OSError as err:

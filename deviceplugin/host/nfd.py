@@ -4,8 +4,8 @@ NFD's local source reads every file in ``features.d`` (one ``key=value``
 per line, ``#`` comments) and labels the node with them; files whose name
 starts with a dot are skipped, so the file is written as a dot-file and
 renamed into place: NFD never reads half a file. The daemon removes it on
-shutdown, so a node that stops serving CMK loses the labels at NFD's next
-pass.
+shutdown (only if the file there is still the one it wrote), so a node that
+stops serving CMK loses the labels at NFD's next pass.
 
 Labels (all in the ``cmk.intel.com/`` prefix; values are valid label values):
 
@@ -83,5 +83,21 @@ def write_features(directory: Path, labels: Mapping[str, str]) -> Path:
     return path
 
 
-def remove_features(path: Path) -> None:
+def file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def remove_features(path: Path, written: tuple[int, int] | None) -> bool:
+    """Remove the feature file if it is still the one we wrote (``written``: its identity then).
+
+    Another writer's file in its place (a second daemon, an operator) stays.
+    Returns whether it was removed.
+    """
+    if written is None or file_identity(path) != written:
+        return False
     path.unlink(missing_ok=True)
+    return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,10 +22,15 @@ from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.events import Events
 
+log = logging.getLogger(__name__)
+
 FIRST_DELAY = 0.05
 MAX_DELAY = 5.0
 #: The kubelet dials back with a 10 s timeout before it answers Register.
 REGISTER_TIMEOUT = 15.0
+#: How long one attempt waits for kubelet.sock to accept a connection before it backs off.
+CONNECT_TIMEOUT = 0.5
+CONNECT_PROBE_METHOD = "/v1beta1.Registration/CmkConnect"
 
 
 @dataclass(frozen=True)
@@ -43,43 +48,128 @@ def socket_identity(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def register(kubelet_socket: Path, registration: Registration, *, timeout: float = REGISTER_TIMEOUT) -> None:
-    """One Register call; raises grpc.RpcError when the kubelet is away or refuses."""
+class RegisterError(Exception):
+    """Register failed: ``code`` is the gRPC status name (or UNAVAILABLE when nothing listens)."""
+
+    def __init__(self, code: str, details: str) -> None:
+        super().__init__(f"{code}: {details}")
+        self.code, self.details = code, details
+
+
+class NotServed(Exception):
+    """The pool's socket is gone: registering it from this server could only mislead the kubelet."""
+
+
+def register(kubelet_socket: Path, registration: Registration, *, timeout: float = REGISTER_TIMEOUT,
+             served: Callable[[], bool] = lambda: True) -> None:
+    """One Register call; raises RegisterError when the kubelet is away or refuses.
+
+    Connects first, then asks ``served()``, then sends. A starting kubelet
+    deletes every plugin socket before it creates ``kubelet.sock``: so if the
+    connection reached a new kubelet, our socket is already gone and nothing
+    is sent; a Register is never sent that would have the new kubelet dial a
+    path our next server binds.
+    """
     with grpc.insecure_channel(f"unix:{kubelet_socket}") as channel:
-        pb_grpc.RegistrationStub(channel).Register(
-            pb.RegisterRequest(version=API_VERSION, endpoint=registration.endpoint,
-                               resource_name=registration.resource, options=registration.options),
-            timeout=timeout,
-        )
+        _connect(channel)
+        if not served():
+            raise NotServed(registration.resource)
+        try:
+            pb_grpc.RegistrationStub(channel).Register(
+                pb.RegisterRequest(version=API_VERSION, endpoint=registration.endpoint,
+                                   resource_name=registration.resource, options=registration.options),
+                timeout=timeout,
+            )
+        except grpc.RpcError as err:
+            raise RegisterError(err.code().name, err.details() or "") from None
+
+
+def _connect(channel: grpc.Channel) -> None:
+    """Open the channel's connection without sending Register: a call to a method no kubelet has.
+
+    UNIMPLEMENTED proves a connection to a live server (grpc-go answers unknown
+    methods so, without logging); the Register that follows uses the same
+    connection. (``channel_ready_future`` would do the same but leaves a
+    connectivity poller that costs 200 ms at every close.)
+    """
+    try:
+        channel.unary_unary(CONNECT_PROBE_METHOD)(b"", timeout=CONNECT_TIMEOUT)
+    except grpc.RpcError as err:
+        if err.code() != grpc.StatusCode.UNIMPLEMENTED:
+            raise RegisterError(err.code().name, err.details() or "") from None
 
 
 class Registrar:
-    """Registers each pool once, in a thread, retrying with backoff until done or cancelled."""
+    """Registers each pool in its own thread, retrying with backoff until done or cancelled.
+
+    One thread per pool, so a pool whose Register keeps failing (the kubelet
+    refusing its name, say) never holds the others up. :meth:`again` queues
+    one pool anew (the kubelet ended its stream). :meth:`cancel` ends the
+    backoff waits at once but lets a Register already sent finish: the
+    kubelet goes on with a call whatever the caller does (it dials back
+    within 10 s), so the daemon must not bind a new server at the same socket
+    until that call is over, or the old call would connect the new server.
+
+    ``served(resource)`` is asked before every attempt: once the pool's socket
+    is gone (a starting kubelet deletes every plugin socket before it creates
+    ``kubelet.sock``), a Register could only leave the kubelet dialling a path
+    that the daemon's next server will bind, so the thread stops instead and
+    the daemon's restart registers anew.
+    """
 
     def __init__(self, kubelet_socket: Path, registrations: Sequence[Registration],
-                 events: Events | None = None) -> None:
+                 events: Events | None = None, *, served: Callable[[str], bool] = lambda resource: True) -> None:
         self._kubelet_socket = kubelet_socket
+        self._served = served
         self._events = events or Events()
-        self._pending = list(registrations)
+        self._by_resource = {r.resource: r for r in registrations}
         self._cancel = threading.Event()
-        self._wake = threading.Event()
+        self._wake = threading.Condition()
+        self._woken = 0
         self._lock = threading.Lock()
         self._registered: dict[str, tuple[int, int] | None] = {}
-        self._thread = threading.Thread(target=self._run, name="cmk-registrar", daemon=True)
+        self._threads: dict[str, threading.Thread] = {}
+        self._started = False
 
     def start(self) -> None:
-        self._thread.start()
+        with self._lock:
+            self._started = True
+        for resource in self._by_resource:
+            self.again(resource)
+
+    def again(self, resource: str) -> bool:
+        """Register ``resource`` (again); False if it is being registered already or we are cancelled."""
+        with self._lock:
+            running = self._threads.get(resource)
+            finishing = running is not None and resource in self._registered
+        if finishing and running is not None:
+            running.join()  # registered, only logging it: this new loss needs a new Register
+        with self._lock:
+            running = self._threads.get(resource)
+            if not self._started or self._cancel.is_set() or (running is not None and running.is_alive()):
+                return False
+            self._registered.pop(resource, None)
+            thread = threading.Thread(target=self._run, args=(self._by_resource[resource],),
+                                      name=f"cmk-register-{resource.rpartition('/')[2]}", daemon=True)
+            self._threads[resource] = thread
+            thread.start()
+        return True
 
     def cancel(self, *, wait: bool = True) -> None:
-        """Stop retrying; without ``wait`` a Register already in flight may finish on its own."""
+        """Stop retrying; with ``wait``, return once every Register already sent is answered."""
         self._cancel.set()
-        self._wake.set()
+        self.retry_now()
         if wait:
-            self._thread.join()
+            with self._lock:
+                threads = list(self._threads.values())
+            for thread in threads:
+                thread.join()
 
     def retry_now(self) -> None:
-        """Cut a backoff wait short: a kubelet has just appeared."""
-        self._wake.set()
+        """Cut every backoff wait short: a kubelet has just appeared."""
+        with self._wake:
+            self._woken += 1
+            self._wake.notify_all()
 
     def registered_with(self) -> dict[str, tuple[int, int] | None]:
         """resource -> identity of the kubelet.sock it registered with, for pools registered so far."""
@@ -89,40 +179,43 @@ class Registrar:
     @property
     def done(self) -> bool:
         with self._lock:
-            return not self._pending
+            return set(self._registered) == set(self._by_resource)
 
-    def _run(self) -> None:
+    def _backoff(self, delay: float) -> None:
+        with self._wake:
+            woken = self._woken
+            self._wake.wait_for(lambda: self._woken != woken, timeout=delay)
+
+    def _run(self, registration: Registration) -> None:
         delay = FIRST_DELAY
         complained = False
         while not self._cancel.is_set():
-            with self._lock:
-                if not self._pending:
-                    return
-                registration = self._pending[0]
-            identity = socket_identity(self._kubelet_socket)
             try:
-                register(self._kubelet_socket, registration)
-            except grpc.RpcError as err:
+                register(self._kubelet_socket, registration,
+                         served=lambda: self._served(registration.resource))
+            except NotServed:
+                log.debug("%s: its socket is gone, not registering it from this server", registration.resource)
+                return
+            except RegisterError as err:
                 if not complained:  # one line per outage, not one per retry
                     self._events.emit(
                         "register_failed",
                         f"cannot register {registration.resource} at {self._kubelet_socket} "
-                        f"({err.code().name}: {err.details()}); retrying with backoff up to {MAX_DELAY:.0f} s",
+                        f"({err.code}: {err.details}); retrying with backoff up to {MAX_DELAY:.0f} s",
                         level=logging.WARNING, resource=registration.resource,
-                        kubelet_socket=str(self._kubelet_socket), code=err.code().name, details=err.details())
+                        kubelet_socket=str(self._kubelet_socket), code=err.code, details=err.details)
                     complained = True
-                self._wake.wait(delay)
-                self._wake.clear()
-                if self._cancel.is_set():
-                    return
+                self._backoff(delay)
                 delay = min(delay * 2, MAX_DELAY)
                 continue
-            delay, complained = FIRST_DELAY, False
+            # Read after Register: the kubelet.sock that answered is the one there now. Read before,
+            # a kubelet restarting in between would leave the pool tied to the old identity.
+            identity = socket_identity(self._kubelet_socket)
             with self._lock:
-                self._pending.pop(0)
                 self._registered[registration.resource] = identity
             preferred = registration.options.get_preferred_allocation_available
             self._events.emit("registered", f"registered {registration.resource} with the kubelet "
                               f"(endpoint {registration.endpoint}, preferred allocation {'on' if preferred else 'off'})",
                               resource=registration.resource, endpoint=registration.endpoint,
                               preferred_allocation=preferred)
+            return

@@ -7,6 +7,12 @@ What to advertise, what to prefer and what to answer live in
 The server has several workers: while the daemon's own Register call is
 pending, the kubelet dials back and calls GetDevicePluginOptions, and each
 open ListAndWatch stream holds a worker for as long as it lasts.
+
+The kubelet never dials a plugin back on its own: when it ends a stream
+(its connection broke, or a re-registration failed) the plugin must register
+again. The server counts its live streams (a pool is registered only while
+the kubelet holds one) and calls ``on_stream_lost`` when a stream ends that
+the server itself did not end.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pathlib import Path
 import grpc
 
 from api.constants import HEALTHY, UNHEALTHY
+from api.health.v1 import health_pb2, health_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.errors import CmkError
@@ -42,6 +49,8 @@ Preference = Callable[[Mapping[str, Core], Sequence[str], Sequence[str], int], l
 
 #: The dial-back, one ListAndWatch stream (two across a reconnect) and concurrent admissions.
 WORKERS = 8
+#: Health service name that is NOT_SERVING while the daemon runs on its last good plan (config refused).
+CONFIG_SERVICE = "cmk.intel.com/config"
 
 
 def options_message(devices: PoolDevices) -> pb.DevicePluginOptions:
@@ -77,8 +86,11 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     """Serves one resource; :meth:`update` pushes a new snapshot to every open stream."""
 
     def __init__(self, devices: PoolDevices, *, socket_path: Path, install_dir: str,
-                 prefer: Preference, cdi: bool = False, events: Events | None = None) -> None:
+                 prefer: Preference, cdi: bool = False, events: Events | None = None,
+                 on_stream_lost: Callable[[PoolServer, int], None] | None = None, config_ok: bool = True) -> None:
         self.socket_path = socket_path
+        self.config_ok = config_ok
+        self._on_stream_lost = on_stream_lost
         self._events = events or Events()
         self._install_dir = install_dir
         self._cdi = cdi
@@ -88,6 +100,8 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         self._stopped = False
         self._changed = threading.Condition()
         self._server: grpc.Server | None = None
+        self._streams = 0  # open now
+        self._opened = 0  # ever opened: numbers each stream
         self.socket_inode: int | None = None
 
     @property
@@ -97,6 +111,18 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     @property
     def resource(self) -> str:
         return self._devices.resource
+
+    @property
+    def opened(self) -> int:
+        """How many ListAndWatch streams the kubelet has opened to this server (the last one's number)."""
+        with self._changed:
+            return self._opened
+
+    @property
+    def streaming(self) -> bool:
+        """True while the kubelet holds a ListAndWatch stream open to this server."""
+        with self._changed:
+            return self._streams > 0 and not self._stopped
 
     def start(self) -> None:
         """Listen on the socket (replacing a stale one) before anyone registers it."""
@@ -109,6 +135,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS,
                                                         thread_name_prefix=f"cmk-{self._devices.pool}"))
         pb_grpc.add_DevicePluginServicer_to_server(self, server)
+        health_pb2_grpc.add_HealthServicer_to_server(_Health(self), server)
         try:
             bound = server.add_insecure_port(f"unix:{self.socket_path}")
         except RuntimeError:  # newer grpc raises instead of returning 0
@@ -161,13 +188,24 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         def ready() -> bool:
             return self._stopped or self._version != sent or not context.is_active()
 
-        while True:
+        with self._changed:
+            self._streams += 1
+            self._opened += 1
+            number = self._opened
+        try:
+            while True:
+                with self._changed:
+                    self._changed.wait_for(ready)
+                    if self._stopped or not context.is_active():
+                        return
+                    sent, devices = self._version, self._devices
+                yield list_message(devices)
+        finally:  # also when grpc closes the generator because the kubelet went away mid-yield
             with self._changed:
-                self._changed.wait_for(ready)
-                if self._stopped or not context.is_active():
-                    return
-                sent, devices = self._version, self._devices
-            yield list_message(devices)
+                self._streams -= 1
+                lost = not self._stopped
+            if lost and self._on_stream_lost is not None:
+                self._on_stream_lost(self, number)
 
     def GetPreferredAllocation(self, request: pb.PreferredAllocationRequest,
                                context: grpc.ServicerContext) -> pb.PreferredAllocationResponse:
@@ -217,3 +255,24 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     def PreStartContainer(self, request: pb.PreStartContainerRequest,
                           context: grpc.ServicerContext) -> pb.PreStartContainerResponse:
         return pb.PreStartContainerResponse()  # not advertised; harmless if called anyway
+
+
+class _Health(health_pb2_grpc.HealthServicer):
+    """The standard gRPC health check: SERVING only while the kubelet holds a stream to the pool.
+
+    Service ``""`` and the pool's resource name answer; :data:`CONFIG_SERVICE`
+    is SERVING unless the daemon refused its config and serves the last good
+    plan; anything else is NOT_FOUND, as the standard says. ``cmk probe`` asks.
+    """
+
+    def __init__(self, server: PoolServer) -> None:
+        self._server = server
+
+    def Check(self, request: health_pb2.HealthCheckRequest,
+              context: grpc.ServicerContext) -> health_pb2.HealthCheckResponse:
+        if request.service not in ("", self._server.resource, CONFIG_SERVICE):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}; "
+                          f"this socket serves {self._server.resource} and {CONFIG_SERVICE}")
+        good = self._server.config_ok if request.service == CONFIG_SERVICE else self._server.streaming
+        status = health_pb2.HealthCheckResponse.SERVING if good else health_pb2.HealthCheckResponse.NOT_SERVING
+        return health_pb2.HealthCheckResponse(status=status)

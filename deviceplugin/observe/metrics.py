@@ -11,7 +11,9 @@ counters. Two kinds of series:
 - Read at scrape time (:class:`PoolCollector`), so they are never stale:
   ``cmk_pool_capacity_devices``, ``cmk_pool_allocatable_devices`` (healthy),
   ``cmk_pool_unhealthy_devices``, ``cmk_pool_registered`` (1 while registered
-  with the kubelet now listening) from the daemon's own device tree;
+  with the kubelet now listening *and* that kubelet holds the pool's
+  ListAndWatch stream: after the kubelet ends a stream it reads 0 until the
+  pool registered again) from the daemon's own device tree;
   ``cmk_pool_cpus{pool,numa_node}`` from the plan; and
   ``cmk_pool_allocated_devices`` from the kubelet's pod resources ``List``
   with a short timeout. When the kubelet is away (socket missing, no answer
@@ -20,6 +22,8 @@ counters. Two kinds of series:
   Devices held only by a plain init container are not counted: ``List``
   omits plain init containers (sidecars are listed), and no other kubelet
   API names them (a documented gap).
+- Set at start: ``cmk_config_fallback`` (1 while the daemon refused its
+  config and serves the last good plan).
 
 Pool series carry ``pool`` and ``resource`` labels (``cmk_pool_cpus``: ``pool``
 and ``numa_node``) and exist only for the pools the daemon serves. Given a
@@ -33,7 +37,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -132,9 +142,11 @@ class PoolCollector(Collector):
 class Metrics:
     """The daemon's registry: event-fed counters and histograms plus a :class:`PoolCollector`."""
 
-    def __init__(self, collector: PoolCollector, tree: DeviceTree) -> None:
+    def __init__(self, collector: PoolCollector, tree: DeviceTree, *, config_fallback: bool = False) -> None:
         self.registry = CollectorRegistry()
         registry = self.registry
+        Gauge("cmk_config_fallback", "1 while the daemon refused its config and serves the last good plan.",
+              registry=registry).set(1 if config_fallback else 0)
         self.registrations = Counter("cmk_registrations", "Successful registrations with the kubelet.",
                                      ["resource"], registry=registry)
         self.kubelet_restarts = Counter("cmk_kubelet_restarts", "Kubelet restarts the daemon reacted to.",

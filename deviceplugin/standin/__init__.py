@@ -6,6 +6,7 @@ kubelet. Import the pieces from here.
 """
 
 from deviceplugin.standin.answers import Conflict, ContainerAnswer, DeviceNode, Mount
+from deviceplugin.standin.lifecycle import ContainerStartError
 from deviceplugin.standin.nodedevices import Device
 from deviceplugin.standin.plugin_client import PluginOptions
 from deviceplugin.standin.pods import (
@@ -24,6 +25,7 @@ __all__ = [
     "Conflict",
     "ContainerAnswer",
     "ContainerSpec",
+    "ContainerStartError",
     "Device",
     "DeviceNode",
     "Kubelet",

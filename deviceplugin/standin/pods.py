@@ -71,6 +71,8 @@ class AdmittedContainer:
     answer: ContainerAnswer
     conflicts: tuple[Conflict, ...] = ()
     sidecar: bool = False
+    #: The per-resource Allocate answers the kubelet checkpoints and replays at every start.
+    answers: tuple[tuple[str, ContainerAnswer], ...] = ()
 
     @property
     def device_ids(self) -> dict[str, tuple[str, ...]]:

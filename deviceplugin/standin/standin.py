@@ -18,9 +18,9 @@ import random
 import stat
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Self
@@ -37,7 +37,10 @@ from api.podresources.v1 import podresources_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.errors import CmkError
-from deviceplugin.standin.answers import Conflict, merge_answers
+from deviceplugin.standin import lifecycle
+from deviceplugin.standin.answers import Conflict, ContainerAnswer, merge_answers
+from deviceplugin.standin.cdiresolve import unresolvable
+from deviceplugin.standin.lifecycle import VERSIONS, ContainerStartError
 from deviceplugin.standin.nodedevices import Device, NodeDevices
 from deviceplugin.standin.plugin_client import (
     PluginCallError,
@@ -83,6 +86,9 @@ class Registration:
 class _Endpoint:
     client: PluginClient
     options: PluginOptions
+    #: A re-registration failed after the kubelet had put the new client in this one's place: the
+    #: device manager keeps using this endpoint, but nothing processes the end of its stream.
+    orphaned: bool = False
 
 
 def registration_problem(request: pb.RegisterRequest) -> str | None:
@@ -124,8 +130,12 @@ class Kubelet:
     """A kubelet's device manager serving ``<plugin_dir>/kubelet.sock`` (and pod resources, if asked).
 
     ``grace_period`` is how long a resource whose stream ended keeps its
-    capacity (the kubelet's 5 minutes); ``seed`` fixes the random orders the
-    kubelet walks maps and sets in.
+    capacity (the kubelet's 5 minutes), measured on ``clock`` (a test passes
+    its own to jump over it); ``seed`` fixes the random orders the kubelet
+    walks maps and sets in. ``version`` (1.28 .. 1.36) and ``feature_gates``
+    set what differs by version (``lifecycle.feature_gates``); ``cdi_dirs``
+    are the runtime's CDI spec directories container starts resolve names
+    against (None: the runtime has CDI off and ignores the names).
     """
 
     def __init__(
@@ -140,9 +150,21 @@ class Kubelet:
         workers: int = 16,
         topology_policy: TopologyPolicy = TopologyPolicy.NONE,
         numa_nodes: Sequence[int] = (0,),
-        pod_resources_get: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        version: str = VERSIONS[-1],
+        feature_gates: Mapping[str, bool] | None = None,
+        cdi_dirs: Sequence[Path] | None = None,
+        dial_delay: float = 0.0,
     ) -> None:
         self.plugin_dir = Path(plugin_dir)
+        self.version = version
+        self.gates = lifecycle.feature_gates(version, feature_gates)
+        self._clock = clock
+        self._cdi_dirs = None if cdi_dirs is None else tuple(Path(d) for d in cdi_dirs)
+        self._dial_delay = dial_delay
+        self._last_options: dict[str, PluginOptions] = {}
+        self._not_running: set[tuple[str, str, str]] = set()
+        self._starts: dict[tuple[str, str, str], int] = {}
         self.socket = self.plugin_dir / KUBELET_SOCKET_NAME
         self.pod_resources_socket = pod_resources_socket
         for path in (self.socket, pod_resources_socket):
@@ -164,7 +186,6 @@ class Kubelet:
         self._violations: list[str] = []
         self.topology_policy = TopologyPolicy(topology_policy)
         self.numa_nodes = tuple(sorted(numa_nodes))
-        self.pod_resources_get = pod_resources_get  # the KubeletPodResourcesGet gate: on from 1.34
 
     # -- life cycle -------------------------------------------------------
 
@@ -179,7 +200,7 @@ class Kubelet:
         if self.pod_resources_socket is not None:
             self.pod_resources_socket.parent.mkdir(parents=True, exist_ok=True)
             self.pod_resources_socket.unlink(missing_ok=True)
-            servicer = PodResourcesServicer(self.pods, self._healthy_devices, get_enabled=self.pod_resources_get)
+            servicer = PodResourcesServicer(self.pods, self._healthy_devices, get_enabled=self.gates[lifecycle.GET_GATE])
             servers.append(
                 self._serve(self.pod_resources_socket, lambda s: podresources_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, s))
             )
@@ -219,7 +240,7 @@ class Kubelet:
         """A kubelet restart: pods keep their devices (checkpoint), every resource reads 0 until re-registered."""
         self.stop()
         with self._cond:
-            self._node.kubelet_restarted(time.monotonic())
+            self._node.kubelet_restarted(self._clock())
             self._cond.notify_all()
         self.start()
 
@@ -240,25 +261,38 @@ class Kubelet:
             context.abort(grpc.StatusCode.UNKNOWN, problem)
         with self._cond:
             generation = self._generation
+        endpoint_path = self.plugin_dir / request.endpoint
+        socket_at_register = _inode(endpoint_path)
+        if self._dial_delay:
+            time.sleep(self._dial_delay)  # a busy kubelet: the window in which a plugin may restart
         try:
             # The dial-back and options call happen before Register answers: a plugin
             # whose server has no free worker now never gets its Register answered.
             client = PluginClient(
-                resource, self.plugin_dir / request.endpoint, dial_timeout=self._dial_timeout, rpc_timeout=self._rpc_timeout
+                resource, endpoint_path, dial_timeout=self._dial_timeout, rpc_timeout=self._rpc_timeout
             )
         except PluginCallError as error:
+            self._connect_failed(resource, generation)
             context.abort(grpc.StatusCode.UNKNOWN, str(error))
         try:
             options = client.get_options()
         except PluginCallError as error:
             client.close()
+            self._connect_failed(resource, generation)
             context.abort(grpc.StatusCode.UNKNOWN, str(error))
+        if _inode(endpoint_path) != socket_at_register:
+            with self._cond:
+                self._violations.append(
+                    f"{resource}: a Register sent before the plugin replaced its socket {request.endpoint} "
+                    "completed against the new server; finish (or fail) a Register before binding the socket again"
+                )
         registration = Registration(resource, request.endpoint, PluginOptions.from_pb(request.options), options)
         with self._cond:
             if generation != self._generation:
                 client.close()
                 context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet is restarting; register again on the new kubelet.sock")
             self._endpoints[resource] = _Endpoint(client, options)
+            self._last_options[resource] = options
             self._clients.append(client)
             self._node.registered(resource)
             self._registrations.append(registration)
@@ -272,13 +306,33 @@ class Kubelet:
         )
         return pb.Empty()
 
+    def _connect_failed(self, resource: str, generation: int) -> None:
+        """The kubelet's connectClient failing: it deregisters whatever client holds the name.
+
+        The new client had already replaced the older one in the registry, so the
+        older live client is orphaned: the device manager keeps its endpoint (its
+        devices stay as they were, Allocate still reaches it), but the end of its
+        stream is never processed as a disconnect.
+        """
+        with self._cond:
+            current = self._endpoints.get(resource)
+            if generation == self._generation and current is not None and not current.orphaned:
+                self._endpoints[resource] = replace(current, orphaned=True)
+                log.warning("%s: re-registration failed; the live client is orphaned", resource)
+
+    def orphaned(self, resource: str) -> bool:
+        """Whether the resource's endpoint is a client the kubelet no longer tracks (see ``_connect_failed``)."""
+        with self._cond:
+            endpoint = self._endpoints.get(resource)
+            return endpoint is not None and endpoint.orphaned
+
     def _on_snapshot(self, resource: str, generation: int, devices: list[Device]) -> None:
         with self._cond:
             if generation != self._generation:
                 return
             self._violations.extend(self._node.snapshot(resource, devices))
             self._cond.notify_all()
-            now = time.monotonic()
+            now = self._clock()
             log.info(
                 "%s: capacity %d allocatable %d",
                 resource,
@@ -299,6 +353,8 @@ class Kubelet:
             current = self._endpoints.get(resource)
             if generation != self._generation or current is None:
                 return
+            if current.orphaned and current.client is client:
+                return  # runClient finds no registered client for the name: no PluginDisconnected
             if current.client is not client:
                 # The kubelet disconnects whichever client is registered now (runClient ->
                 # getClient(name)): an old stream ending late kills the new registration.
@@ -307,20 +363,34 @@ class Kubelet:
                     "kubelet drop the newer one; stop the old server before registering again"
                 )
             del self._endpoints[resource]
-            self._node.stream_ended(resource, time.monotonic())
+            self._node.stream_ended(resource, self._clock())
             self._cond.notify_all()
         current.client.close()
         log.warning("%s: ListAndWatch ended (%s); its devices are unhealthy until it registers again", resource, reason)
+
+    def drop_stream(self, resource: str) -> None:
+        """End one plugin's ListAndWatch from the kubelet's side, as a broken connection does.
+
+        The kubelet then disconnects the resource (devices unhealthy, the grace
+        period starts) and never dials the plugin again: recovering is the
+        plugin's job. Returns once the kubelet has processed the end.
+        """
+        with self._cond:
+            endpoint = self._endpoints.get(resource)
+            if endpoint is None:
+                raise CmkError(f"{resource} has no live stream to drop; live: {sorted(self._endpoints)}")
+        endpoint.client.close()
+        self.wait_for(lambda: self._endpoints.get(resource) is not endpoint, what=f"{resource} stream ended")
 
     # -- what the node reports --------------------------------------------------
 
     def capacity(self) -> dict[str, int]:
         with self._cond:
-            return self._node.capacity(time.monotonic())
+            return self._node.capacity(self._clock())
 
     def allocatable(self) -> dict[str, int]:
         with self._cond:
-            return self._node.allocatable(time.monotonic())
+            return self._node.allocatable(self._clock())
 
     def devices(self, resource: str) -> dict[str, Device]:
         """The latest ListAndWatch snapshot of ``resource`` (all unhealthy once its stream ended)."""
@@ -329,7 +399,7 @@ class Kubelet:
 
     def _healthy_devices(self) -> dict[str, list[Device]]:
         with self._cond:
-            now = time.monotonic()
+            now = self._clock()
             return {
                 r: [d for d in self._node.devices(r).values() if d.healthy]
                 for r in self._node.capacity(now)
@@ -416,6 +486,7 @@ class Kubelet:
         answers = []
         devices: dict[str, tuple[Device, ...]] = {}
         hint = self._topology_hint(spec, reusable, held)
+        cached = []
         for resource in shuffled(spec.limits, self._rng):  # Go map order
             count = spec.limits[resource]
             if count <= 0 or validate_resource_name(resource) is not None:
@@ -426,7 +497,7 @@ class Kubelet:
 
                 endpoint = self._endpoints.get(resource)
                 if endpoint is None:
-                    state = "its plugin's ListAndWatch ended" if resource in self._node.capacity(time.monotonic()) else "no device plugin registered it"
+                    state = "its plugin's ListAndWatch ended" if resource in self._node.capacity(self._clock()) else "no device plugin registered it"
                     raise AdmissionError(f"container {spec.name!r}: cannot allocate {resource}: {state}")
                 in_use = held.get(resource, set()).union(*(p.ids_in_use(resource) for p in self._pods.values()))
                 free = self._node.healthy_ids(resource) - in_use
@@ -435,13 +506,17 @@ class Kubelet:
             ids = choose_devices(resource, count, reusable.get(resource, ()), free, prefer, self._rng,
                                  None if hint is None else partial(split_by_affinity, snapshot, hint=hint))
             held.setdefault(resource, set()).update(ids)
-            answers.append((resource, endpoint.client.allocate(ids)))
+            answer = endpoint.client.allocate(ids)
+            answers.append((resource, answer))
+            cached.append((resource, answer))
             devices[resource] = tuple(snapshot.get(i, Device(i, UNHEALTHY)) for i in ids)
         merged, conflicts = merge_answers(spec.name, answers)
         for conflict in conflicts:
             log.warning("%s", conflict)
+        if not self.gates[lifecycle.CDI_GATE]:
+            merged = replace(merged, cdi_devices=())
         return AdmittedContainer(spec.name, spec.command, init, devices, merged, tuple(conflicts),
-                                 sidecar=init and spec.restart_always)
+                                 sidecar=init and spec.restart_always, answers=tuple(cached))
 
     def _topology_hint(self, spec: ContainerSpec, reusable: dict[str, set[str]],
                        held: dict[str, set[str]]) -> Hint | None:
@@ -479,3 +554,94 @@ class Kubelet:
             if self._pods.pop((namespace, name), None) is None:
                 raise CmkError(f"no admitted pod {namespace}/{name}; admitted: {[f'{n}/{p}' for n, p in sorted(self._pods)]}")
             self._cond.notify_all()
+
+    # -- container starts, kubelet restarts -----------------------------------------
+
+    def start_container(self, pod: str, container: str, namespace: str = "default") -> ContainerAnswer:
+        """A start or restart of an admitted container: the cached answers replayed, no Allocate.
+
+        Raises :class:`ContainerStartError` with the kubelet's (or runtime's)
+        message when the resource's endpoint was cleaned up, when PreStartContainer
+        is required but the plugin is away, or when a CDI name does not resolve.
+        """
+        key = (namespace, pod, container)
+        with self._cond:
+            admitted = self._pods.get((namespace, pod))
+            if admitted is None:
+                raise CmkError(f"no admitted pod {namespace}/{pod}")
+            spec = admitted.container(container)
+            now = self._clock()
+            for resource in sorted(spec.device_ids):
+                if not self._node.known(resource, now):
+                    raise ContainerStartError(lifecycle.endpoint_gone(resource))
+                live = self._endpoints.get(resource)
+                options = live.options if live else self._last_options.get(resource, PluginOptions())
+                if options.pre_start_required and live is None:
+                    raise ContainerStartError(f"endpoint {resource} is stopped: cannot call PreStartContainer")
+            merged, conflicts = lifecycle.replay(container, spec.answers, self._rng,
+                                                 cdi_enabled=self.gates[lifecycle.CDI_GATE])
+            live_pre_start = [(self._endpoints[r], ids) for r, ids in sorted(spec.device_ids.items())
+                              if r in self._endpoints and self._endpoints[r].options.pre_start_required]
+        try:
+            for endpoint, ids in live_pre_start:
+                endpoint.client.pre_start(ids)
+        except PluginCallError as error:
+            raise ContainerStartError(str(error)) from None
+        if self._cdi_dirs is not None and merged.cdi_devices:
+            missing = unresolvable(merged.cdi_devices, self._cdi_dirs)
+            if missing:
+                raise ContainerStartError(lifecycle.unresolvable_cdi(missing))
+        with self._cond:
+            self._starts[key] = self._starts.get(key, 0) + 1
+            self._not_running.discard(key)
+            self._cond.notify_all()
+        for conflict in conflicts:
+            log.warning("%s", conflict)
+        return merged
+
+    def exit_container(self, pod: str, container: str, namespace: str = "default") -> None:
+        """The container exited (crashed, or finished): not running until it is started again."""
+        with self._cond:
+            admitted = self._pods.get((namespace, pod))
+            if admitted is None:
+                raise CmkError(f"no admitted pod {namespace}/{pod}")
+            admitted.container(container)
+            self._not_running.add((namespace, pod, container))
+
+    def readmit(self) -> dict[tuple[str, str], str]:
+        """The admission pass of a kubelet that just started, over every admitted pod.
+
+        App containers reported running are skipped; any other holding a device
+        goes through the kubelet's checks and fails the pod with its error.
+        Init containers are not re-checked (see the README's list of what the
+        stand-in does not model). Failed pods are removed (the kubelet marks them Failed and
+        frees their devices). Returns (namespace, name) -> error of each failed pod.
+        """
+        failed: dict[tuple[str, str], str] = {}
+        with self._cond:
+            for key, admitted in list(self._pods.items()):
+                for container in admitted.app_containers:
+                    if (key[0], key[1], container.name) not in self._not_running:
+                        continue
+                    for resource, ids in sorted(container.device_ids.items()):
+                        error = lifecycle.readmission_error(resource, ids, self._node.healthy_ids(resource))
+                        if error and key not in failed:
+                            failed[key] = f"pod {key[0]}/{key[1]} rejected: {error}"
+                if key in failed:
+                    del self._pods[key]
+            self._cond.notify_all()
+        for error in failed.values():
+            log.warning("%s", error)
+        return failed
+
+    def starts(self, pod: str, container: str, namespace: str = "default") -> int:
+        """How many times start_container succeeded for this container."""
+        with self._cond:
+            return self._starts.get((namespace, pod, container), 0)
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None

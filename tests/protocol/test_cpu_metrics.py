@@ -77,7 +77,7 @@ def test_counters_labels_holdings_and_leaks_follow_procfs_and_the_kubelet(kubele
     assert per_cpu(samples, "cmk_cpu_unheld_busy_seconds_total") == dict.fromkeys([0, 1, 2, 8, 9, 10], 0)
 
     pod = kubelet.admit(three_pool_pod("demo", exclusive=2))
-    held = {cpu for i in pod.container("dataplane").device_ids[EXCLUSIVE] for cpu in cpus_of(i)}
+    held = {cpu for i in pod.container("dataplane").device_ids[EXCLUSIVE] for cpu in cpus_of(i, sysfs, procfs)}
     (free,) = {0, 1, 2} - held  # the exclusive core no container holds, by its first thread
     assert per_cpu(parse(generate_latest(registry).decode()), "cmk_cpu_held") == {
         cpu: 1 if cpu in held | {3, 11} | set(range(4, 8)) | set(range(12, 16)) else 0 for cpu in range(16)}

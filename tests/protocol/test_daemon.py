@@ -287,7 +287,7 @@ def test_daemon_restart_serves_the_same_ids(kubelet, plugin_dir, start_daemon, t
     wait_registered(kubelet, served)
     before = device_ids(kubelet)
     first.stop()
-    assert not [p for p in plugin_dir.iterdir() if p.name.startswith("cmk-")]
+    assert not [p for p in plugin_dir.iterdir() if p.name.startswith("cmk-") and p.name.endswith(".sock")]
     kubelet.wait_for(lambda: all(v == 0 for v in kubelet.allocatable().values()), what="streams ended")
     start_daemon(sysfs, procfs)
     wait_registered(kubelet, served, count=2)
@@ -342,7 +342,7 @@ def daemon_process(plugin_dir: Path, sysfs: Path, procfs: Path, *flags: str) -> 
 
 
 def our_sockets(plugin_dir: Path) -> list[str]:
-    return sorted(p.name for p in plugin_dir.iterdir() if p.name.startswith("cmk-"))
+    return sorted(p.name for p in plugin_dir.iterdir() if p.name.startswith("cmk-") and p.name.endswith(".sock"))
 
 
 def test_sigterm_stops_serving_removes_sockets_and_exits_0(kubelet, plugin_dir, tmp_path):

@@ -1,4 +1,4 @@
-"""The daemon's CDI side: the spec is written at start, named in every Allocate answer, removed at exit.
+"""The daemon's CDI side: the spec is written at start, named in every Allocate answer, kept at exit.
 
 Real daemons (in-process and ``cmk device-plugin`` processes) against the
 kubelet stand-in, which merges the answers of several pools as the kubelet does.
@@ -11,7 +11,8 @@ import signal
 
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.host import cdi
-from deviceplugin.model.plan import PlanOptions
+from deviceplugin.model.devices import core_device_ids
+from deviceplugin.model.plan import CORE_POOLS, PlanOptions
 from deviceplugin.standin import ContainerSpec, PodSpec
 from pinner import hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
@@ -29,7 +30,8 @@ from tests.topologies import fixture_copy
 SPEC_NAME = "cmk.intel.com-cpus.json"
 
 
-def test_spec_has_a_device_per_core_and_slot_pool_each_with_its_cpus_in_its_hook(kubelet, plugin_dir, tmp_path):
+def test_spec_has_a_device_per_core_and_slot_pool_each_with_its_cpus_and_outlives_the_daemon(kubelet, plugin_dir,
+                                                                                              tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
                                    install_dir=INSTALL_DIR, plan=PlanOptions(), cdi_dir=tmp_path / "cdi"))
@@ -37,16 +39,17 @@ def test_spec_has_a_device_per_core_and_slot_pool_each_with_its_cpus_in_its_hook
     try:
         spec = json.loads((tmp_path / "cdi" / SPEC_NAME).read_text())
         assert spec["kind"] == "cmk.intel.com/cpus" and "containerEdits" not in spec
-        expected = {}
+        cpus = {name: core.cpus for core, name in core_device_ids(daemon.plan.all_cores).items()}  # any pool's
         for pool in daemon.tree.values():
-            for device in pool.devices.values():
-                name = device.id if pool.pool.value.startswith("exclusive") else pool.pool.value
-                expected[name] = [{"hookName": "createRuntime", "path": f"{INSTALL_DIR}/cmk",
-                                   "args": hook.command_line(format_cpu_list(device.cpus)), "timeout": 10}]
+            if pool.pool not in CORE_POOLS:
+                cpus.update((pool.pool.value, device.cpus) for device in pool.devices.values())
+        expected = {name: [{"hookName": "createRuntime", "path": f"{INSTALL_DIR}/cmk",
+                            "args": hook.command_line(format_cpu_list(c)), "timeout": 10}]
+                    for name, c in cpus.items()}
         assert {d["name"]: d["containerEdits"]["hooks"] for d in spec["devices"]} == expected
     finally:
         daemon.stop()
-    assert not (tmp_path / "cdi" / SPEC_NAME).exists()
+    assert (tmp_path / "cdi" / SPEC_NAME).exists()  # restarts replay the names while the daemon is away
 
 
 def test_allocate_names_the_cdi_device_of_every_id_and_they_merge(kubelet, plugin_dir, tmp_path):
@@ -90,7 +93,7 @@ def test_without_cdi_no_spec_and_no_cdi_devices(kubelet, plugin_dir, tmp_path):
         process.communicate(timeout=10)
 
 
-def test_the_cli_writes_the_spec_by_default_and_sigterm_removes_it(kubelet, plugin_dir, tmp_path):
+def test_the_cli_writes_the_spec_by_default_and_sigterm_keeps_it(kubelet, plugin_dir, tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     cdi_dir = tmp_path / "cdi"
     process = daemon_process(plugin_dir, sysfs, procfs, "--cdi-dir", str(cdi_dir), "--install-dir", "/host/opt/bin")
@@ -103,7 +106,7 @@ def test_the_cli_writes_the_spec_by_default_and_sigterm_removes_it(kubelet, plug
     finally:
         process.kill()
     assert process.returncode == 0, stderr
-    assert list(cdi_dir.iterdir()) == []
+    assert [p.name for p in cdi_dir.iterdir()] == [SPEC_NAME]
 
 
 def test_an_unwritable_cdi_dir_is_one_line_and_serves_nothing(kubelet, plugin_dir, tmp_path):

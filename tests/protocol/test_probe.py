@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from api.health.v1 import health_pb2, health_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
 from deviceplugin.daemon import socket_name
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
@@ -37,6 +38,17 @@ class Options(deviceplugin_pb2_grpc.DevicePluginServicer):
         return deviceplugin_pb2.DevicePluginOptions(get_preferred_allocation_available=True)
 
 
+class Health(health_pb2_grpc.HealthServicer):
+    """What the daemon's servers answer: SERVING only while the kubelet streams from the pool."""
+
+    def __init__(self, streaming: bool) -> None:
+        self.streaming = streaming
+
+    def Check(self, request, context):
+        status = health_pb2.HealthCheckResponse.SERVING if self.streaming else health_pb2.HealthCheckResponse.NOT_SERVING
+        return health_pb2.HealthCheckResponse(status=status)
+
+
 @pytest.fixture
 def plugin_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="cmk-probe-", dir="/tmp"))  # short: unix socket paths are limited
@@ -49,9 +61,10 @@ def serve(plugin_dir: Path) -> Iterator[Callable[..., None]]:
     servers: list[grpc.Server] = []
     release = threading.Event()
 
-    def start(pool: str, *, hang: bool = False) -> None:
+    def start(pool: str, *, hang: bool = False, streaming: bool = True) -> None:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         deviceplugin_pb2_grpc.add_DevicePluginServicer_to_server(Options(release if hang else None), server)
+        health_pb2_grpc.add_HealthServicer_to_server(Health(streaming), server)
         server.add_insecure_port(f"unix://{plugin_dir / socket_name(RESOURCE_NAMES[Pool(pool)])}")
         server.start()
         servers.append(server)
@@ -73,7 +86,38 @@ def test_ready_when_every_served_pool_answers(plugin_dir, serve):
     result = probe(plugin_dir)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == (
-        f"ready: cmk-exclusive-cores.sock, cmk-shared.sock, cmk-infra.sock answer in {plugin_dir}")
+        f"ready: cmk-exclusive-cores.sock, cmk-shared.sock, cmk-infra.sock answer in {plugin_dir}, "
+        "each streaming to the kubelet")
+
+
+def test_a_pool_whose_stream_the_kubelet_ended_fails(plugin_dir, serve):
+    serve("exclusive")
+    serve("shared", streaming=False)
+    result = probe(plugin_dir)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert "cmk-shared.sock answers but the kubelet holds no ListAndWatch stream to it (not registered)" in line
+    assert "cmk-exclusive-cores.sock" not in line
+
+
+def test_a_real_daemon_is_ready_only_once_the_kubelet_streams_from_every_pool(plugin_dir, tmp_path):
+    """Before: sockets that answered made the probe pass while no kubelet had registered anything."""
+    from deviceplugin.daemon import Daemon, DaemonSettings
+    from deviceplugin.standin import Kubelet
+    from tests.topologies import fixture_copy
+
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs))
+    daemon.start()
+    try:
+        result = probe(plugin_dir)
+        assert result.returncode == 1 and "not registered" in result.stderr
+        with Kubelet(plugin_dir) as kubelet:
+            kubelet.wait_for(lambda: daemon.registered, what="registered")
+            result = probe(plugin_dir)
+            assert result.returncode == 0, result.stderr
+    finally:
+        daemon.stop()
 
 
 def test_no_daemon_socket_at_all_fails(plugin_dir):
@@ -116,13 +160,17 @@ def test_the_probe_does_not_replan_so_an_offline_core_cannot_fail_it(plugin_dir,
     from deviceplugin.daemon import Daemon, DaemonSettings
     from deviceplugin.host.sysfs import discover
     from deviceplugin.model.plan import PlanError, PlanOptions, plan_pools
+    from deviceplugin.standin import Kubelet
     from tests.topologies import fixture_copy, set_online
 
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     options = PlanOptions(num_exclusive_cores=3, num_shared_cores=1)
     daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs, plan=options))
+    kubelet = Kubelet(plugin_dir)
+    kubelet.start()
     daemon.start()
     try:
+        kubelet.wait_for(lambda: daemon.registered, what="registered")
         for cpu in (3, 11):
             set_online(sysfs, cpu, False)
         with pytest.raises(PlanError):
@@ -132,6 +180,7 @@ def test_the_probe_does_not_replan_so_an_offline_core_cannot_fail_it(plugin_dir,
         assert "cmk-exclusive-cores.sock, cmk-shared.sock, cmk-infra.sock" in result.stdout
     finally:
         daemon.stop()
+        kubelet.stop()
 
 
 @pytest.mark.parametrize(("args", "message"), [

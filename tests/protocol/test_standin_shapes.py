@@ -64,7 +64,7 @@ def test_a_limit_of_zero_allocates_nothing(make_kubelet, nic):
 
 
 def test_get_is_behind_its_gate_and_answers_errors_with_unknown(make_kubelet, nic):
-    off = started(make_kubelet(), nic)
+    off = started(make_kubelet(version="1.33"), nic)  # the gate's default before 1.34
     off.admit(PodSpec("p", (ContainerSpec("app", limits={NIC_RESOURCE: 1}),)))
     channel, stub = lister(off)
     with channel, pytest.raises(grpc.RpcError) as disabled:
@@ -73,7 +73,7 @@ def test_get_is_behind_its_gate_and_answers_errors_with_unknown(make_kubelet, ni
 
 
 def test_get_with_the_gate_on(make_kubelet, nic):
-    on = started(make_kubelet(pod_resources_get=True), nic)
+    on = started(make_kubelet(version="1.34"), nic)  # on by default from 1.34
     on.admit(PodSpec("p", (ContainerSpec("app", limits={NIC_RESOURCE: 1}),)))
     channel, stub = lister(on)
     with channel:

@@ -67,10 +67,10 @@ def test_an_empty_request_is_refused():
 
 def test_with_cdi_each_core_names_its_own_device_and_slots_their_pools():
     devices = tree()
-    exclusive = allocate_answer(devices[RESOURCE_NAMES[Pool.EXCLUSIVE]], ["cpus-2.10", "cpus-0.8"],
+    exclusive = allocate_answer(devices[RESOURCE_NAMES[Pool.EXCLUSIVE]], ["core-n0-p0-c2", "core-n0-p0-c0"],
                                 install_dir=INSTALL, cdi=True)
     shared = allocate_answer(devices[RESOURCE_NAMES[Pool.SHARED]], ["shared-004", "shared-001"],
                              install_dir=INSTALL, cdi=True)
-    assert exclusive.cdi_devices == ("cmk.intel.com/cpus=cpus-2.10", "cmk.intel.com/cpus=cpus-0.8")
+    assert exclusive.cdi_devices == ("cmk.intel.com/cpus=core-n0-p0-c2", "cmk.intel.com/cpus=core-n0-p0-c0")
     assert shared.cdi_devices == ("cmk.intel.com/cpus=shared",)
     assert allocate_answer(devices[RESOURCE_NAMES[Pool.SHARED]], ["shared-004"], install_dir=INSTALL).cdi_devices == ()

@@ -1,4 +1,4 @@
-"""The CDI spec: a pure value from the pools and the hook's host path, written atomically, removed on shutdown."""
+"""The CDI spec: a pure value from the pools and the hook's host path, written atomically, never removed by the daemon."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from deviceplugin.host.sysfs import discover
 from deviceplugin.model.answers import cdi_device_names
 from deviceplugin.model.devices import DeviceTree, device_tree
 from deviceplugin.model.plan import PlanOptions, plan_pools
+from pinner import hook
 from tests.topologies import fixture_copy
 
 HOOK = "/opt/bin/cmk"
@@ -53,7 +54,7 @@ def tree(tmp_path: Path) -> DeviceTree:
 def test_a_core_is_its_own_device_and_a_slot_pool_is_one(tmp_path: Path) -> None:
     pools = tree(tmp_path)
     devices = cdi.spec_devices(pools)
-    cores = {name: cpus for name, cpus in devices.items() if name.startswith("cpus-")}
+    cores = {name: cpus for name, cpus in devices.items() if name.startswith("core-")}
     assert len(cores) == 2 and all(len(cpus) == 2 for cpus in cores.values())  # one per core, both threads
     assert sorted(set(devices) - set(cores)) == ["infra", "shared"]
     for pool in pools.values():  # every device ID the kubelet may hold resolves to a device with its CPUs
@@ -122,3 +123,25 @@ def test_cdi_flags_come_from_the_config_file_too(tmp_path: Path):
     assert (args.cdi, args.cdi_dir) == (False, Path("/etc/cdi"))
     defaults = apply_config(build_parser().parse_args(["device-plugin"]), {})
     assert (defaults.cdi, defaults.cdi_dir) == (True, Path("/var/run/cdi"))
+
+
+def test_a_device_the_spec_on_disk_had_is_kept_and_a_new_one_wins() -> None:
+    previous = cdi.build_spec({"shared": frozenset({3}), "core-n0-p0-c1": frozenset({1})}, HOOK)
+    spec = cdi.build_spec({"core-n0-p0-c1": frozenset({1, 9})}, HOOK)
+    kept = cdi.kept_devices(previous, spec)
+    assert [(d["name"], d["containerEdits"]["hooks"][0]["args"]) for d in kept["devices"]] == [
+        ("core-n0-p0-c1", hook.command_line("1,9")), ("shared", hook.command_line("3"))]
+    assert cdi.kept_devices({"kind": "other.io/x", "devices": [{"name": "a"}]}, spec) == spec
+    old_release = {"kind": cdi.KIND, "devices": [{"name": "exclusive", "containerEdits": {"env": [cdi.CONFINED_ENV]}}],
+                   "containerEdits": {"hooks": [{"hookName": "createRuntime", "path": HOOK, "args": list(hook.ARGS)}]}}
+    assert cdi.kept_devices(old_release, spec) == spec  # its CPUs were only in the env: stays unresolvable
+    assert cdi.kept_devices(None, spec) == spec
+
+
+def test_read_spec_returns_what_write_spec_wrote_and_none_for_junk(tmp_path: Path) -> None:
+    spec = cdi.build_spec(SHARED, HOOK)
+    cdi.write_spec(spec, tmp_path)
+    assert cdi.read_spec(tmp_path) == spec
+    (tmp_path / cdi.SPEC_FILE_NAME).write_text("{not json")
+    assert cdi.read_spec(tmp_path) is None
+    assert cdi.read_spec(tmp_path / "missing") is None

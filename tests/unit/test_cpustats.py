@@ -185,7 +185,7 @@ def test_places_on_the_xeon_d_dump_follow_the_plan_and_isolcpus(tmp_path):
 def test_held_cpus_are_a_held_cores_threads_and_a_held_slots_whole_pool(tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     tree = device_tree(plan_pools(discover(sysfs, procfs), XEON_D_PLAN), discover(sysfs, procfs).online)
-    held = {"cmk.intel.com/exclusive-cores": ["cpus-1.9", "unknown-id"], "cmk.intel.com/shared": ["shared-003"]}
+    held = {"cmk.intel.com/exclusive-cores": ["core-n0-p0-c1", "unknown-id"], "cmk.intel.com/shared": ["shared-003"]}
     assert held_cpus(tree, lambda resource: held.get(resource, [])) == {1, 9, 3, 11}
     assert held_cpus(tree, lambda resource: []) == frozenset()
 
