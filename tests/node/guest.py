@@ -133,7 +133,13 @@ class Node:
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
     def connect(self) -> None:
-        """Serve ``kubelet.sock`` and wait until the daemon registered every pool its CDI spec names."""
+        """Serve ``kubelet.sock`` and wait until every socket the daemon serves is registered and advertising.
+
+        Which pools the daemon serves is what it does, not what its outputs' names
+        spell: each registered resource whose endpoint is one of the daemon's
+        sockets in the plugin directory (the daemon makes them all before it
+        registers any), with a live registration and devices in ListAndWatch.
+        """
         from deviceplugin.standin import Kubelet
 
         kubelet = self.kubelet = Kubelet(self.plugin_dir, seed=0)
@@ -143,16 +149,26 @@ class Node:
             expect(self.process is not None and self.process.poll() is None,
                    "the daemon exited:\n" + self.daemon_log()[-2000:])
             time.sleep(0.2)
-        self.served = {RESOURCES[d["name"]] for spec in self.cdi_specs() for d in spec["devices"]}
-        kubelet.wait_for(lambda: self.served <= {r.resource for r in kubelet.registrations()}
-                         and all(kubelet.capacity().get(r, 0) > 0 for r in self.served),
-                         timeout=WAIT_SECONDS, what=f"the daemon registering {sorted(self.served)}")
+        expect(bool(self.cdi_specs()), f"the daemon wrote no CDI spec into {self.cdi_dir}")
+        kubelet.wait_for(self._all_served, timeout=WAIT_SECONDS, what="the daemon registering every pool it serves")
+
+    def _all_served(self) -> bool:
+        """Record and say whether each of the daemon's sockets is a live registration with devices."""
+        assert self.kubelet is not None
+        sockets = {p.name for p in self.plugin_dir.iterdir() if p.is_socket() and p != self.kubelet.socket}
+        live = {r.endpoint: r.resource for r in self.kubelet.registrations()
+                if self.kubelet.options(r.resource) is not None}
+        capacity = self.kubelet.capacity()
+        if not sockets or not all(live.get(s) and capacity.get(live[s], 0) > 0 for s in sockets):
+            return False
+        self.served = {live[s] for s in sockets}
+        return True
 
     def cdi_specs(self) -> list[dict[str, Any]]:
         return [json.loads(p.read_text()) for p in sorted(self.cdi_dir.glob("*.json"))]
 
     def planned(self, resource: str) -> bool:
-        """A pool the daemon serves on this shape (its CDI spec names one device per served pool)."""
+        """A pool the daemon serves on this shape (registered from one of its sockets)."""
         return resource in self.served
 
     def stop(self) -> None:
@@ -172,6 +188,12 @@ def admit(node: Node, name: str, containers: dict[str, dict[str, int]]) -> Any:
     assert node.kubelet is not None
     return node.kubelet.admit(PodSpec(name, containers=tuple(
         ContainerSpec(c, limits=limits) for c, limits in containers.items())))
+
+
+def spec_cpus(node: Node, names: tuple[str, ...] | list[str]) -> frozenset[int]:
+    """The CPUs the daemon's spec file gives the CDI devices ``names`` (an Allocate answer's), as the hook takes them."""
+    expect(bool(names), "the Allocate answer names no CDI device")
+    return oci.hook_cpus(oci.apply_cdi({}, node.cdi_specs(), names))
 
 
 # -- the checks ------------------------------------------------------------------
@@ -207,6 +229,9 @@ def check_devices(node: Node, plan: dict[str, Any]) -> str:
         for container in pod.containers:
             (device,) = container.devices[resource]
             core = cpus(container.answer.envs[ENV["exclusive"]])
+            hooked = spec_cpus(node, container.answer.cdi_devices)
+            expect(hooked == core, f"device {device.id}: its CDI devices {list(container.answer.cdi_devices)} "
+                                   f"carry --cpus {show(hooked)}, the answer's env {show(core)}")
             expect(core in siblings, f"device {device.id} holds CPUs {show(core)}, not one core's threads "
                                      f"({facts['thread_siblings']})")
             expect(device.numa_nodes == node_of(core, facts),
@@ -239,6 +264,10 @@ def check_pools(node: Node, plan: dict[str, Any]) -> str:
         node.answers = {c.name: {"envs": dict(c.answer.envs), "mounts": [(m.container_path, m.host_path, m.read_only)
                                                                           for m in c.answer.mounts],
                                  "cdi": list(c.answer.cdi_devices)} for c in pod.containers}
+        for c in pod.containers:
+            hooked = spec_cpus(node, c.answer.cdi_devices)
+            expect(hooked == got[c.name], f"{c.name}: the spec gives its CDI devices {list(c.answer.cdi_devices)} "
+                                          f"--cpus {show(hooked)}, the answer's env {show(got[c.name])}")
     finally:
         node.kubelet.delete_pod("pools")
     online, isolated = cpus(facts["online"]), cpus(facts["isolated"])
@@ -364,7 +393,11 @@ def _hook(node: Node, runtime: str, figures: dict[str, Any]) -> str:
     config["linux"]["cgroupsPath"] = f"/{name}"
     specs = node.cdi_specs()
     config = oci.apply_answer(config, answer["envs"], answer["mounts"], [], {})
+    # The kubelet appends the pod's own env after the plugins': a pod claiming every CPU must not widen it.
+    config["process"]["env"].append(f"{ENV['exclusive']}={format_cpu_list(online)}")
     config = oci.apply_cdi(config, specs, answer["cdi"])
+    hooked = oci.hook_cpus(config)
+    expect(hooked == want, f"config.json's cmk hook entries carry --cpus {show(hooked)}, Allocate gave {show(want)}")
     (bundle / "config.json").write_text(json.dumps(config, indent=1))
     out, err = bundle / "stdout", bundle / "stderr"
     with out.open("w") as stdout, err.open("w") as stderr:

@@ -19,6 +19,9 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from pinner import hook as cmk_hook
+from pinner.cpulist import parse_cpu_list
+
 #: What the CDI library applies; anything else in a spec is refused.
 KNOWN_EDITS = frozenset({"env", "deviceNodes", "hooks", "mounts", "additionalGids"})
 
@@ -128,3 +131,21 @@ def apply_answer(config: Mapping[str, Any], envs: Mapping[str, str],
     if annotations:
         result["annotations"] = {**result.get("annotations", {}), **annotations}
     return result
+
+
+def hook_cpus(config: Mapping[str, Any]) -> frozenset[int]:
+    """The CPUs ``cmk hook`` confines ``config``'s container to: the union of the ``--cpus`` of its entries.
+
+    As the hook reads them (``pinner/hook.py``, step 2): every ``hooks.createRuntime``
+    entry whose argv is ``cmk hook ...`` (argv[0] may be a path ending in ``/cmk``); never the env.
+    """
+    found: frozenset[int] = frozenset()
+    for entry in config.get("hooks", {}).get("createRuntime", []):
+        args = entry.get("args", [])
+        if len(args) < 2 or (args[0].rpartition("/")[2], args[1]) != cmk_hook.ARGS:
+            continue
+        for arg in args[2:]:
+            name, _, value = arg.partition("=")
+            if name == cmk_hook.CPUS_OPTION:
+                found |= parse_cpu_list(value)
+    return found
