@@ -22,14 +22,14 @@ from dataclasses import dataclass
 
 from deviceplugin.model.devices import PoolDevices
 from deviceplugin.model.plan import Pool
+from pinner.contract import POOLS as PINNER_POOLS
 from pinner.cpulist import format_cpu_csv
-from pinner.isolate import POOLS as PINNER_POOLS
 
 #: Where the pinner (``cmk isolate``) appears inside every container.
 PINNER_CONTAINER_DIR = "/opt/bin"
 
 #: pool -> the env variable its Allocate answer sets: the pinner's own table, so both sides agree
-ENV_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value][0] for pool in Pool}
+ENV_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value].env for pool in Pool}
 
 
 class DeviceRequestError(ValueError):

@@ -29,8 +29,8 @@ from itertools import groupby, zip_longest
 
 from deviceplugin.errors import CmkError
 from deviceplugin.model.topology import Core, Topology
+from pinner.contract import POOLS as PINNER_POOLS
 from pinner.cpulist import format_cpu_list
-from pinner.isolate import POOLS as PINNER_POOLS
 
 
 class Pool(StrEnum):
@@ -46,7 +46,7 @@ class Mode(StrEnum):
 
 
 #: pool -> extended resource name, from the contract table the pinner reads too
-RESOURCE_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value][1] for pool in Pool}
+RESOURCE_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value].resource for pool in Pool}
 
 #: Pools whose devices are whole cores (one device per core); the others advertise slots.
 CORE_POOLS = frozenset({Pool.EXCLUSIVE, Pool.EXCLUSIVE_NON_ISOLCPUS})

@@ -32,6 +32,7 @@ from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from deviceplugin.standin.answers import ContainerAnswer
 from pinner import hook
+from pinner.contract import ENV_LIST
 from tests.e2e.podman import env_flags, podman, run
 
 pytestmark = pytest.mark.e2e
@@ -167,7 +168,7 @@ def test_a_container_without_cpus_in_its_env_does_not_start(allocate: Allocate, 
     assert "started" not in result.stdout
     expected = re.compile(
         r"cmk hook: error: the container's env \(process\.env in /\S+/userdata/config\.json\) sets none of "
-        + re.escape(f"{hook.ENV_LIST}: nothing to confine it to; {hook.NO_CPUS_HINT}")
+        + re.escape(f"{ENV_LIST}: nothing to confine it to; {hook.NO_CPUS_HINT}")
         + "$"
     )
     assert any(expected.search(line) for line in result.stderr.splitlines()), result.stderr

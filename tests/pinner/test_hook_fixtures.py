@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pinner import hook
-from pinner.isolate import LIST_HINT
+from pinner.contract import ENV_LIST, LIST_HINT, HookExit
 from tests.pinner.hookrun import (
     cpus_allowed,
     cpuset_cgroup,
@@ -29,7 +29,7 @@ from tests.pinner.hookrun import (
 FIXTURES = Path(__file__).resolve().parent / "hook_fixtures"
 E = "cmk hook: error: "
 STATE = "the OCI state on stdin"
-NO_CPUS = (E + "the container's env (process.env in {bundle}/config.json) sets none of " + hook.ENV_LIST
+NO_CPUS = (E + "the container's env (process.env in {bundle}/config.json) sets none of " + ENV_LIST
            + ": nothing to confine it to; " + hook.NO_CPUS_HINT)
 
 
@@ -46,86 +46,86 @@ class Case:
 
 CASES = [
     # --- the OCI state on stdin ---
-    Case("state-broken-json", hook.EXIT_STATE, E + STATE + " is not valid JSON: expected ',' or '}' at its end",
+    Case("state-broken-json", HookExit.STATE, E + STATE + " is not valid JSON: expected ',' or '}' at its end",
          state="broken"),
-    Case("state-empty", hook.EXIT_STATE, E + STATE + " is not valid JSON: expected a JSON value at its end (it is empty)",
+    Case("state-empty", HookExit.STATE, E + STATE + " is not valid JSON: expected a JSON value at its end (it is empty)",
          state="empty"),
-    Case("state-bad-escape", hook.EXIT_STATE,
+    Case("state-bad-escape", HookExit.STATE,
          E + STATE + " is not valid JSON: expected one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX at byte 10",
          state="bad-escape"),
-    Case("state-trailing-garbage", hook.EXIT_STATE,
+    Case("state-trailing-garbage", HookExit.STATE,
          E + STATE + " is not valid JSON: expected the end of the input after the value at byte 27",
          state="trailing-garbage"),
-    Case("state-too-deep", hook.EXIT_STATE,
+    Case("state-too-deep", HookExit.STATE,
          E + STATE + " is not valid JSON: nesting deeper than 128 levels at byte 128", state="too-deep"),
-    Case("state-control-char", hook.EXIT_STATE,
+    Case("state-control-char", HookExit.STATE,
          E + STATE + " is not valid JSON: a raw control character inside a string at byte 9", state="control-char"),
-    Case("state-leading-zero", hook.EXIT_STATE, E + STATE + " is not valid JSON: expected ',' or '}' at byte 9",
+    Case("state-leading-zero", HookExit.STATE, E + STATE + " is not valid JSON: expected ',' or '}' at byte 9",
          state="leading-zero"),
-    Case("state-not-object", hook.EXIT_STATE,
+    Case("state-not-object", HookExit.STATE,
          E + STATE + " is an array, not an object (cmk hook runs as an OCI createRuntime hook; the runtime writes "
          "the state)", state="not-object"),
-    Case("state-no-pid", hook.EXIT_STATE,
+    Case("state-no-pid", HookExit.STATE,
          E + STATE + " has no \"pid\": run cmk hook at createRuntime, once the container's process exists",
          state="no-pid"),
-    Case("state-pid-zero", hook.EXIT_STATE,
+    Case("state-pid-zero", HookExit.STATE,
          E + STATE + " has no \"pid\": run cmk hook at createRuntime, once the container's process exists",
          state="pid-zero"),
-    Case("state-pid-string", hook.EXIT_STATE, E + "\"pid\" in " + STATE + " is not a process ID: a string",
+    Case("state-pid-string", HookExit.STATE, E + "\"pid\" in " + STATE + " is not a process ID: a string",
          state="pid-string"),
-    Case("state-pid-negative", hook.EXIT_STATE, E + "\"pid\" in " + STATE + " is not a process ID: -5",
+    Case("state-pid-negative", HookExit.STATE, E + "\"pid\" in " + STATE + " is not a process ID: -5",
          state="pid-negative"),
-    Case("state-no-bundle", hook.EXIT_STATE,
+    Case("state-no-bundle", HookExit.STATE,
          E + STATE + " has no \"bundle\" directory (the container's config.json is read from it)", state="no-bundle"),
-    Case("state-pid-gone", hook.EXIT_GONE,
+    Case("state-pid-gone", HookExit.GONE,
          E + "the container's process 4194304 is gone (/proc/4194304/cgroup does not exist): it exited before its "
          "start hook ran", state="gone"),
     # --- the container's config.json ---
-    Case("config-missing", hook.EXIT_CONFIG,
+    Case("config-missing", HookExit.CONFIG,
          E + "cannot read the container's config {bundle}/config.json: no such file or directory", config=None),
-    Case("config-broken-json", hook.EXIT_CONFIG,
+    Case("config-broken-json", HookExit.CONFIG,
          E + "the container's config {bundle}/config.json is not valid JSON: expected ',' or '}' at its end",
          config="broken"),
-    Case("config-env-not-array", hook.EXIT_CONFIG,
+    Case("config-env-not-array", HookExit.CONFIG,
          E + "the container's config {bundle}/config.json: process.env is not an array", config="env-not-array"),
-    Case("config-env-entry-number", hook.EXIT_CONFIG,
+    Case("config-env-entry-number", HookExit.CONFIG,
          E + "the container's config {bundle}/config.json: process.env[1] is a number, not a NAME=VALUE string",
          config="env-entry-number"),
     # --- the CPUs in the env ---
-    Case("env-none", hook.EXIT_NO_CPUS, NO_CPUS, config="no-env"),
-    Case("env-no-process", hook.EXIT_NO_CPUS, NO_CPUS, config="no-process"),
-    Case("env-similar-names-only", hook.EXIT_NO_CPUS, NO_CPUS, config="env-without-cpus"),
-    Case("env-empty-value", hook.EXIT_NO_CPUS, NO_CPUS, config="env-empty-cpus"),
-    Case("env-malformed-cpus", hook.EXIT_MALFORMED,
+    Case("env-none", HookExit.NO_CPUS, NO_CPUS, config="no-env"),
+    Case("env-no-process", HookExit.NO_CPUS, NO_CPUS, config="no-process"),
+    Case("env-similar-names-only", HookExit.NO_CPUS, NO_CPUS, config="env-without-cpus"),
+    Case("env-empty-value", HookExit.NO_CPUS, NO_CPUS, config="env-empty-cpus"),
+    Case("env-malformed-cpus", HookExit.MALFORMED,
          E + "CMK_CPUS_EXCLUSIVE='1,x' is not a cpu list: 'x' is not a CPU number (" + LIST_HINT + ")",
          config="malformed-cpus"),
-    Case("env-cpus-outside-parent", hook.EXIT_OUTSIDE,
+    Case("env-cpus-outside-parent", HookExit.OUTSIDE,
          E + "the container's CPUs 1,4000 are not within its parent cgroup's CPUs {parent_cpus} (CPU 4000 outside, "
          "from {parent}/cpuset.effective_cpus): the pools' CPUs must stay within the pods' cgroup",
          config="outside-parent"),
     # --- the cgroup ---
-    Case("cgroup-no-cpuset-line", hook.EXIT_NO_CGROUP,
+    Case("cgroup-no-cpuset-line", HookExit.NO_CGROUP,
          E + "process {pid} is in no cpuset cgroup ({proc}/{pid}/cgroup has neither a cpuset nor a 0:: line): "
          "the kernel needs the cpuset controller", proc="no-cpuset"),
-    Case("cgroup-root-refused", hook.EXIT_NO_CGROUP,
+    Case("cgroup-root-refused", HookExit.NO_CGROUP,
          E + "process {pid} is in the root cpuset cgroup: refusing to confine the whole host (run the container in a "
          "cgroup of its own)", proc="root-cgroup"),
-    Case("cgroup-v2-not-mounted", hook.EXIT_NO_CGROUP,
+    Case("cgroup-v2-not-mounted", HookExit.NO_CGROUP,
          E + "no cgroup2 hierarchy holding process {pid}'s cgroup /kubepods/pod1/ctr is mounted (read "
          "{proc}/self/mountinfo): mount it, or name it with --cgroup-root", proc="not-mounted"),
-    Case("cgroup-directory-missing", hook.EXIT_NO_CGROUP,
+    Case("cgroup-directory-missing", HookExit.NO_CGROUP,
          E + "the cpuset cgroup of process {pid}, {tmp}/empty{cgroup_path}, does not exist",
          args=("--cgroup-root={tmp}/empty",)),
-    Case("cgroup-v2-cpuset-not-enabled", hook.EXIT_NO_CGROUP,
+    Case("cgroup-v2-cpuset-not-enabled", HookExit.NO_CGROUP,
          E + "the cgroup {tmp}/v2/kubepods/pod1/ctr has no cpuset.cpus: enable the cpuset controller in its parent's "
          "cgroup.subtree_control", proc="v2", args=("--cgroup-root", "{tmp}/v2")),
     # --- the command line ---
-    Case("usage-unknown-option", hook.EXIT_USAGE,
+    Case("usage-unknown-option", HookExit.USAGE,
          E + "unknown option '--pid': the OCI state comes on stdin (see 'cmk hook --help')", args=("--pid=1",)),
-    Case("usage-argument", hook.EXIT_USAGE,
+    Case("usage-argument", HookExit.USAGE,
          E + "unexpected argument 'state.json': the OCI state comes on stdin (see 'cmk hook --help')",
          args=("state.json",)),
-    Case("usage-option-needs-value", hook.EXIT_USAGE,
+    Case("usage-option-needs-value", HookExit.USAGE,
          E + "option --proc-root needs a value (see 'cmk hook --help')", args=("--proc-root",)),
 ]
 
@@ -190,4 +190,4 @@ def test_a_state_beyond_the_size_limit_is_refused(native_cmk: Path) -> None:
     proc = subprocess.run([str(native_cmk), "hook"], input=b" " * (hook.MAX_JSON_BYTES + 1), capture_output=True,
                           timeout=60, check=False)
     assert (proc.returncode, proc.stderr.decode()) == (
-        hook.EXIT_STATE, f"{E}cannot read {STATE}: it is larger than {hook.MAX_JSON_BYTES} bytes\n")
+        HookExit.STATE, f"{E}cannot read {STATE}: it is larger than {hook.MAX_JSON_BYTES} bytes\n")
