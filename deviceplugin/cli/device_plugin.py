@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
 import signal
 from contextlib import ExitStack
 from pathlib import Path
@@ -90,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
         if args.log_format != "json":
             raise  # the CLI prints its usual one line
         # A log shipper parsing JSON gets the error as one JSON line, not a stray text line.
-        from deviceplugin.events import Events
+        from deviceplugin.events import ConfigError, Events
 
-        Events().emit("config_error", str(err), level=logging.ERROR, error=str(err))
+        Events().emit(ConfigError(str(err)))
         return err.exit_code
 
 
@@ -131,6 +130,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: ExitStack) -> None:
     """Start the resolver and metrics before serving, so the first registrations count; undo on ``cleanup``."""
+    from deviceplugin.events import MetricsServing
     from deviceplugin.observe.resolver import AllocationResolver
 
     resolver = AllocationResolver(events, args.pod_resources_socket)
@@ -145,11 +145,11 @@ def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: 
         metrics = Metrics(collector, daemon.tree)
         events.listen(metrics.on_event)
         host, port = cleanup.enter_context(serve_metrics(metrics.registry, *args.metrics_address))
-        events.emit("metrics_serving", f"serving metrics at http://{host}:{port}/metrics",
-                    address=f"{host}:{port}")
+        events.emit(MetricsServing(f"{host}:{port}"))
 
 
 def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitStack) -> None:
+    from deviceplugin.events import NfdRemoved, NfdRemoveFailed, NfdWritten
     from deviceplugin.host.nfd import feature_labels, remove_features, write_features
 
     labels = feature_labels(daemon.topology, daemon.plan)
@@ -159,11 +159,9 @@ def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitSta
         try:
             remove_features(path)
         except OSError as err:  # shutting down anyway: say so, still exit 0 as a rollout expects
-            events.emit("nfd_remove_failed", f"cannot remove {path}: {err.strerror}", level=logging.WARNING,
-                        path=str(path), error=err.strerror)
+            events.emit(NfdRemoveFailed(str(path), err.strerror or str(err)))
             return
-        events.emit("nfd_removed", f"removed {path}", path=str(path))
+        events.emit(NfdRemoved(str(path)))
 
     cleanup.callback(remove)
-    events.emit("nfd_written", f"wrote NFD labels to {path}", path=str(path),
-                labels=[f"{k}={v}" for k, v in labels.items()])
+    events.emit(NfdWritten(str(path), tuple(f"{k}={v}" for k, v in labels.items())))

@@ -24,7 +24,7 @@ and ``numa_node``) and exist only for the pools the daemon serves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -33,6 +33,15 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from deviceplugin.errors import CmkError
+from deviceplugin.events import (
+    Allocated,
+    AllocateRefused,
+    Event,
+    KubeletRestart,
+    PreferredAllocation,
+    PreferredAllocationRefused,
+    Registered,
+)
 from deviceplugin.kubelet.podresources import (
     DEFAULT_TIMEOUT,
     Unavailable,
@@ -147,20 +156,23 @@ class Metrics:
                 self.preferred_errors.labels(pool)
         registry.register(collector)
 
-    def on_event(self, event: str, fields: Mapping[str, object]) -> None:
+    def on_event(self, event: Event) -> None:
         """An :data:`deviceplugin.events.Listener`: count and time what the daemon reports."""
-        if event == "registered":
-            self.registrations.labels(fields["resource"]).inc()
-        elif event == "kubelet_restart":
-            self.kubelet_restarts.inc()
-        elif event in ("allocated", "allocate_refused"):
-            self.allocate_seconds.labels(fields["pool"]).observe(float(fields["seconds"]))  # type: ignore[arg-type]
-            if event == "allocate_refused":
-                self.allocate_errors.labels(fields["pool"]).inc()
-        elif event in ("preferred_allocation", "preferred_allocation_refused"):
-            self.preferred_seconds.labels(fields["pool"]).observe(float(fields["seconds"]))  # type: ignore[arg-type]
-            if event == "preferred_allocation_refused":
-                self.preferred_errors.labels(fields["pool"]).inc()
+        match event:
+            case Registered(resource=resource):
+                self.registrations.labels(resource).inc()
+            case KubeletRestart():
+                self.kubelet_restarts.inc()
+            case Allocated(pool=pool, seconds=seconds):
+                self.allocate_seconds.labels(pool).observe(seconds)
+            case AllocateRefused(pool=pool, seconds=seconds):
+                self.allocate_seconds.labels(pool).observe(seconds)
+                self.allocate_errors.labels(pool).inc()
+            case PreferredAllocation(pool=pool, seconds=seconds):
+                self.preferred_seconds.labels(pool).observe(seconds)
+            case PreferredAllocationRefused(pool=pool, seconds=seconds):
+                self.preferred_seconds.labels(pool).observe(seconds)
+                self.preferred_errors.labels(pool).inc()
 
 
 @contextmanager
