@@ -14,10 +14,14 @@ from pathlib import Path
 
 from deviceplugin.cli.configfile import apply_config, defer_defaults, load_config
 from deviceplugin.cli.flags import (
-    add_plan_arguments,
-    add_pod_resources_argument,
-    add_root_arguments,
+    CONFIG_HELP,
+    PLAN,
+    ROOTS,
+    Flag,
+    FlagGroup,
+    add_flags,
     plan_options,
+    pod_resources_socket,
 )
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.plan import plan_pools
@@ -25,16 +29,14 @@ from deviceplugin.view.describe import describe_data, render_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_root_arguments(parser)
-    add_plan_arguments(parser)
-    add_pod_resources_argument(parser, "read for the live view")
-    parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="the daemon's --config YAML file, so describe plans exactly as the daemon does; "
-                             "flags given on the command line win")
+    own = FlagGroup(None, (
+        pod_resources_socket("read for the live view"),
+        Flag(name="config", parse=Path, metavar="FILE",
+             help=f"the daemon's --config YAML file, so describe plans exactly as the daemon does; {CONFIG_HELP}"),
+    ))
+    planning = add_flags(parser, ROOTS, PLAN, own)
     parser.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
                         help="output format (default: table)")
-    planning = [action.dest for group in parser._action_groups for action in group._group_actions
-                if action.dest not in ("help", "config", "output")]
     defer_defaults(parser, planning)
 
 
