@@ -15,7 +15,9 @@ code, in the order the kernel's own history needs them:
   fall back from ``*_list``/``cpulist`` to the hex ``*_map``/``cpumap``.
 * ids (package, die, cluster, core) of ``-1`` mean "unknown" (POWER, s390,
   arm64 without clusters) and become ``None``, as does a missing file and
-  an x86 ``cluster_id`` of 65535.
+  an x86 ``cluster_id`` of 65535. An unknown package is then derived as
+  lscpu and hwloc do: one per distinct package CPU list (``package_cpus_list``
+  -> ``core_siblings_list`` -> their masks), numbered by lowest CPU.
 * NUMA: no ``node/nodeN`` folder means one node 0 holding every online CPU;
   a CPU listed by several nodes (broken firmware that makes every node list
   every CPU) belongs to the lowest-numbered one; an online CPU no node
@@ -35,6 +37,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
@@ -48,6 +51,7 @@ _CACHE_DIR = re.compile(r"index(\d+)")
 _X86_BAD_APICID = 0xFFFF
 _NO_CPUS = "(null)"  # what cpu/nohz_full reads when nohz_full is off
 _SIBLING_FILES = ("core_cpus_list", "thread_siblings_list", "core_cpus", "thread_siblings")
+_PACKAGE_FILES = ("package_cpus_list", "core_siblings_list", "package_cpus", "core_siblings")
 _ROOT_HINT = "pass --sysfs-root the directory that holds devices/system/cpu"
 
 
@@ -69,10 +73,36 @@ def discover(sysfs_root: Path = Path("/sys"), procfs_root: Path = Path("/proc"))
         )
         for cpu in every
     }
+    cpus.update(_derived_packages(reader, cpus, dirs))
     boot = read_boot_settings(procfs_root)
     isolated = (reader.cpus(_join(cpu_root, "isolated")) or frozenset()) | boot.isolcpus
     nohz_full = (reader.cpus(_join(cpu_root, "nohz_full")) or frozenset()) | boot.nohz_full
     return Topology(cpus=cpus, isolated=isolated, nohz_full=nohz_full)
+
+
+def _derived_packages(reader: _Reader, cpus: Mapping[int, Cpu], dirs: Mapping[int, str]) -> dict[int, Cpu]:
+    """Online CPUs whose package id is unknown, given one from their package's CPU list.
+
+    A package another of its CPUs names keeps that id; the others are numbered
+    after the known ids, in the order of their lowest CPU (as lscpu does).
+    """
+    lists: dict[int, frozenset[int]] = {}
+    for cpu in sorted(cpus):
+        if cpus[cpu].online and cpus[cpu].package is None and cpu in dirs:
+            topology = _join(dirs[cpu], "topology")
+            names = reader.listing(topology) or ()
+            members = reader.cpus(*(_join(topology, name) for name in _PACKAGE_FILES if name in names))
+            if members:
+                lists[cpu] = members | {cpu}
+    known = {cpu.id: cpu.package for cpu in cpus.values() if cpu.package is not None}
+    next_id = max(known.values(), default=-1) + 1
+    numbers: dict[frozenset[int], int] = {}
+    for members in lists.values():
+        if members not in numbers:
+            named = sorted(known[member] for member in members if member in known)
+            numbers[members] = named[0] if named else next_id
+            next_id += not named
+    return {cpu: replace(cpus[cpu], package=numbers[members]) for cpu, members in lists.items()}
 
 
 def read_boot_settings(procfs_root: Path) -> BootCpuSettings:
