@@ -221,10 +221,15 @@ def host_config_data(config: HostConfig) -> dict[str, Any]:
     }
 
 
+def _cpus_noun(cpu_list: str) -> str:
+    """"CPU" or "CPUs" for a cpu list, so "exclusive on CPU 1" never reads as a count."""
+    return "CPU" if cpu_list.isdigit() else "CPUs"
+
+
 def render_text(config: HostConfig) -> str:
     """A person's view: each setting under the file or place it goes, ready to paste."""
     data = host_config_data(config)
-    pools = ", ".join(f"{pool} {cpus}" for pool, cpus in data["pools"].items() if cpus)
+    pools = "; ".join(f"{pool} on {_cpus_noun(cpus)} {cpus}" for pool, cpus in data["pools"].items() if cpus)
     lines = [f"# Pools once configured: {pools}", ""]
     lines += [
         "## Kernel command line: append to GRUB_CMDLINE_LINUX, update-grub, reboot",

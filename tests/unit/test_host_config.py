@@ -118,6 +118,7 @@ def test_dropins_keep_host_services_on_infra_only():
 def test_text_output_has_each_part_ready_to_paste():
     text = render_text(host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=2, num_shared_cores=1)))
     lines = text.splitlines()
+    assert lines[0] == "# Pools once configured: exclusive on CPUs 1-2,9-10; shared on CPUs 3,11; infra on CPUs 0,4-8,12-15"
     assert "isolcpus=1-3,9-11" in lines
     assert "cpuManagerPolicy: none" in lines
     assert "reservedSystemCPUs: 0,8" in lines
