@@ -20,7 +20,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("deviceplugin.cli.demo", "run the seed pod on this machine with no cluster: daemon, kubelet stand-in, pinned processes"),
     "host-config": ("deviceplugin.cli.host_config",
                     "print the kernel, kubelet and systemd settings the node needs for the pools"),
-    "probe": ("deviceplugin.cli.probe", "exit 0 when every planned pool answers on its device-plugin socket"),
+    "probe": ("deviceplugin.cli.probe",
+              "exit 0 when the daemon's device-plugin sockets answer (every one it serves; at least one)"),
     "device-plugin": ("deviceplugin.cli.device_plugin", "serve the pools to the kubelet (the node daemon)"),
     "install": ("deviceplugin.cli.install", "install the self-contained pinner into the host's install directory"),
 }

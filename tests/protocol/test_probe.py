@@ -144,3 +144,12 @@ def test_bad_input_is_one_line(plugin_dir, args, message):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert message in line
+
+
+def test_the_help_says_the_probe_dials_the_served_sockets_not_a_plan():
+    """It never plans (see the test above), so its help must not promise "every planned pool"."""
+    for argv in (["--help"], ["probe", "--help"]):
+        shown = subprocess.run([sys.executable, "-m", "deviceplugin", *argv], capture_output=True, text=True,
+                               check=True).stdout
+        assert "the daemon's device-plugin sockets answer (every one it serves" in " ".join(shown.split())
+        assert "planned" not in shown
