@@ -12,9 +12,10 @@ import argparse
 import json
 from pathlib import Path
 
-from deviceplugin.cli.configfile import apply_config, defer_defaults, load_config
+from deviceplugin.cli.configfile import UNSET, apply_config, defer_defaults, load_config
 from deviceplugin.cli.flags import (
     CONFIG_HELP,
+    DEFAULT_SYSFS_ROOT,
     PLAN,
     ROOTS,
     Flag,
@@ -45,17 +46,24 @@ def run(args: argparse.Namespace) -> int:
     from deviceplugin.model.devices import device_tree
     from deviceplugin.view.live import live_data, unavailable
 
-    apply_config(args, load_config(args.config) if args.config else {})
+    file_values = load_config(args.config) if args.config else {}
+    socket_given = args.pod_resources_socket is not UNSET or "pod_resources_socket" in file_values
+    apply_config(args, file_values)
     topology = discover(args.sysfs_root, args.procfs_root)
     plan = plan_pools(topology, plan_options(args))
     data = describe_data(topology, plan)
     tree = device_tree(plan, topology.online)
     socket = str(args.pod_resources_socket)
-    try:
-        assignments = read_assignments(args.pod_resources_socket, resources=tree)
-        data["live"] = live_data(tree, assignments, socket, topology.offline)
-    except Unavailable as err:
-        data["live"] = unavailable(socket, str(err))
+    if args.sysfs_root != DEFAULT_SYSFS_ROOT and not socket_given:
+        # this host's kubelet knows nothing of another machine's dump: do not dial it
+        data["live"] = unavailable(socket, f"{args.sysfs_root} is a dump, not this host "
+                                           "(give --pod-resources-socket to read a kubelet anyway)")
+    else:
+        try:
+            assignments = read_assignments(args.pod_resources_socket, resources=tree)
+            data["live"] = live_data(tree, assignments, socket, topology.offline)
+        except Unavailable as err:
+            data["live"] = unavailable(socket, str(err))
     if args.output == "json":
         print(json.dumps(data, indent=2))
     elif args.output == "yaml":

@@ -177,8 +177,10 @@ def _modes(default: Mode, help: str) -> dict[str, Any]:
     return {"parse": Mode, "load": mode_value, "choices": list(Mode), "default": default, "help": help}
 
 
+DEFAULT_SYSFS_ROOT = Path("/sys")
+
 ROOTS = FlagGroup(None, (
-    Flag(name="sysfs-root", parse=Path, load=path_value, default=Path("/sys"), metavar="DIR",
+    Flag(name="sysfs-root", parse=Path, load=path_value, default=DEFAULT_SYSFS_ROOT, metavar="DIR",
          help="read the CPU topology from DIR/devices/system (default: /sys)"),
     Flag(name="procfs-root", parse=Path, load=path_value, default=Path("/proc"), metavar="DIR",
          help="read the kernel command line from DIR/cmdline (default: /proc)"),

@@ -123,7 +123,7 @@ def _free_cell(pool: Mapping[str, Any]) -> str:
 def render_live(live: Mapping[str, Any]) -> list[str]:
     """Table lines for the live section (a one-line note when the kubelet could not be read)."""
     if not live["available"]:
-        return [f"live view unavailable: {live['reason']} (showing the plan only)"]
+        return [f"live view unavailable (showing the plan only): {live['reason']}"]
     lines = [f"Live (kubelet pod resources at {live['socket']})"]
     rows = [["POOL", "ALLOCATED", "FREE", "UNHEALTHY", "FREE PER NUMA NODE"]]
     rows += [[p["pool"], f"{p['allocated']}/{p['capacity']}", str(p["free"]), str(p["unhealthy"]), _free_cell(p)]

@@ -103,3 +103,19 @@ def test_unreadable_cmdline_is_one_line(tmp_path):
     assert result.returncode == 1
     assert "cmdline" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_describe_on_a_dump_does_not_dial_this_hosts_kubelet():
+    """Another machine's plan has nothing to do with this host's pod resources: no live view unless asked."""
+    result = cmk("describe", *XEON_D, "-o", "json")
+    live = json.loads(result.stdout)["live"]
+    assert live["available"] is False and live["reason"].startswith(f"{FIXTURES / 'cmk-xeon_d/sys'} is a dump")
+    table = cmk("describe", *XEON_D).stdout
+    assert "(give --pod-resources-socket to read a kubelet anyway)" in table and "no socket at" not in table
+
+
+def test_describe_on_a_dump_dials_the_socket_it_is_given(tmp_path):
+    missing = tmp_path / "kubelet.sock"
+    live = json.loads(cmk("describe", *XEON_D, "--pod-resources-socket", str(missing), "-o", "json").stdout)["live"]
+    assert live == {"available": False, "socket": str(missing),
+                    "reason": f"no socket at {missing} (is the kubelet running, and the directory mounted?)"}
