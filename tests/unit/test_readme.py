@@ -28,3 +28,22 @@ def test_the_describe_example_runs_on_the_shipped_dump_and_prints_what_the_readm
 
 def test_the_shipped_dump_carries_its_license():
     assert "Apache License" in (ROOT / "examples/cmk-xeon_d/LICENSE").read_text()
+
+
+def test_cmk_fixtures_relocates_the_dumps_for_every_test_folder(tmp_path):
+    """The README says CMK_FIXTURES points the tests elsewhere: the pinner tests used to ignore it."""
+    (tmp_path / "somewhere").mkdir()
+    code = ("from tests.topologies import FIXTURES; from tests.pinner.conftest import topology; "
+            "print(FIXTURES); print(topology('somewhere'))")
+    shown = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={"CMK_FIXTURES": str(tmp_path), "PATH": "/usr/bin"},
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert shown == [str(tmp_path), str(tmp_path / "somewhere")]
+
+
+def test_one_readme_command_sets_up_and_runs_the_tests_and_ci_runs_it():
+    assert section("Tests").lstrip("\n").startswith("    .ci/test\n")
+    steps = (ROOT / ".ci/test").read_text()
+    order = [steps.index(step) for step in (".ci/install-system-packages", "pip install -q -e '.[test]'",
+                                            "lint-imports", "python -m pytest")]
+    assert order == sorted(order)
+    assert 'exec "$(dirname "$0")/test"' in (ROOT / ".ci/run").read_text()
