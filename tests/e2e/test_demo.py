@@ -176,6 +176,20 @@ def test_demo_pids_have_the_affinity_printed_which_is_their_devices_cpus(start_d
         assert f"{row.container}: SIGTERM pid {row.pid}: ended by SIGTERM" in out
     assert "its devices are free again" in out
     assert_nothing_left(held, started)
+    # what the README says each step shows
+    assert steps_showing(held.lines, "  Capacity:") == steps_showing(held.lines, "  Allocatable:") == ["2"]
+    assert steps_showing(held.lines, "  Allocated resources:") == ["2", "5", "6"]
+
+
+def steps_showing(lines: list[str], text: str) -> list[str]:
+    """The numbers of the demo's steps (``N. title`` lines) with a line starting with ``text``."""
+    found, step = [], ""
+    for line in lines:
+        if line[:1].isdigit() and ". " in line:
+            step = line.partition(".")[0]
+        elif line.startswith(text) and step not in found:
+            found.append(step)
+    return found
 
 
 def test_demo_says_shared_runs_from_infra_when_the_plan_has_no_shared_pool(start_demo) -> None:
