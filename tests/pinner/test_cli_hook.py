@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,15 +9,14 @@ import pytest
 from deviceplugin.cli import hook
 from pinner.build import DEFAULT_OUTPUT
 from pinner.contract import HOOK_HELP
+from tests.commands import cmk
 
 
 def test_python_cmk_runs_the_static_hook(native_cmk: Path) -> None:
     assert native_cmk == DEFAULT_OUTPUT, "the Python cmk runs the pinner the package build put there"
-    result = subprocess.run([sys.executable, "-m", "deviceplugin", "hook", "--help"], capture_output=True, text=True,
-                            check=False)
+    result = cmk("hook", "--help")
     assert (result.returncode, result.stdout, result.stderr) == (0, HOOK_HELP, "")
-    listed = subprocess.run([sys.executable, "-m", "deviceplugin", "--help"], capture_output=True, text=True,
-                            check=True).stdout
+    listed = cmk("--help").stdout
     assert "    hook " in listed
 
 

@@ -14,11 +14,11 @@ import contextlib
 import os
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 from tests.pinner.conftest import CPUSET_V1, Pinner, on_cpus
+from tests.pinner.hookrun import cpuset_cgroup as hook_cgroup
 from tests.pinner.test_isolate_process import (
     WAIT_FOR_SIGNAL,
     environ,
@@ -29,16 +29,12 @@ from tests.pinner.test_isolate_process import (
 
 @contextlib.contextmanager
 def cpuset_cgroup(cpus: str) -> Iterator[Path]:
-    """A fresh cpuset cgroup allowing ``cpus`` (memory nodes as its parent's); removed afterwards."""
-    path = CPUSET_V1 / f"cmk-test-allowed-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    path.mkdir()
-    try:
-        (path / "cpuset.cpus").write_text(cpus)
-        (path / "cpuset.mems").write_text((CPUSET_V1 / "cpuset.mems").read_text())
-        yield path
-    finally:
-        empty(path)
-        path.rmdir()
+    """The hook tests' cgroup allowing ``cpus``, emptied first of what a killed shell left running."""
+    with hook_cgroup(CPUSET_V1, cpus) as path:
+        try:
+            yield path
+        finally:
+            empty(path)
 
 
 def empty(cgroup: Path) -> None:

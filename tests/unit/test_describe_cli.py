@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from pinner.cpulist import parse_cpu_list
+from tests.commands import cmk
 from tests.topologies import FIXTURES, fixture_copy
 
 XEON_D = ["--sysfs-root", str(FIXTURES / "cmk-xeon_d/sys"), "--procfs-root", str(FIXTURES / "cmk-xeon_d/proc")]
-
-
-def cmk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "deviceplugin", *args],
-                          check=False, capture_output=True, text=True, timeout=60)
 
 
 def test_describe_xeon_d_table_shows_the_cmk_plan():
@@ -51,8 +46,9 @@ def test_describe_this_machine_runs():
     result = cmk("describe", "-o", "json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["topology"]["threads"] >= 1
-    assert any(pool["advertised"] for pool in data["plan"]["pools"])
+    online = Path("/sys/devices/system/cpu/online").read_text().strip()
+    assert (data["topology"]["online_cpus"], data["topology"]["threads"]) == (online, len(parse_cpu_list(online)))
+    assert sum(pool["cpus"] != "" for pool in data["plan"]["pools"]) >= 2, "infra and exclusive, at least"
 
 
 def test_describe_multi_numa_rows_per_node(tmp_path):

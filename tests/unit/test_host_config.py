@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,15 +23,11 @@ from deviceplugin.model.hostsettings import (
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import build_topology
 from pinner.cpulist import parse_cpu_list
+from tests.commands import cmk
 from tests.topologies import fixture_copy
 
 # 8 cores x 2 threads, core i = {i, i+8}
 SMT8 = [(i, i + 8) for i in range(8)]
-
-
-def cmk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "deviceplugin", *args],
-                          check=False, capture_output=True, text=True, timeout=60)
 
 
 def kernel_arg(args: list[str], name: str) -> frozenset[int] | None:

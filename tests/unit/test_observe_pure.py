@@ -121,8 +121,10 @@ def test_feature_labels_for_a_node_without_isolcpus_and_with_sst_bf(tmp_path):
     ("isolcpus", "true"), ("cmk.intel.com/x", "-bad"), ("cmk.intel.com/x", "a" * 64),
     ("cmk.intel.com/" + "n" * 64, "1"), ("cmk.intel.com/x", "has space")])
 def test_invalid_labels_are_refused(key, value):
-    with pytest.raises(ValueError):
+    part = "key" if key == "isolcpus" or len(key) > 77 else "value"
+    with pytest.raises(ValueError, match=f"^label {part} ") as err:
         check_label(key, value)
+    assert repr(key if part == "key" else value) in str(err.value)
 
 
 def test_feature_file_is_replaced_whole_and_an_unwritable_dir_is_one_line(tmp_path):

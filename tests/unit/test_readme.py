@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.commands import cmk
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 
@@ -21,8 +23,7 @@ def test_the_describe_example_runs_on_the_shipped_dump_and_prints_what_the_readm
     argv = shlex.split(command.replace("\\\n", " "))
     assert argv[:2] == ["cmk", "describe"] and "examples/cmk-xeon_d/sys" in argv
     shown = text.partition("```\n")[2].partition("```")[0]
-    result = subprocess.run([sys.executable, "-m", "deviceplugin", *argv[1:]], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60, check=False)
+    result = cmk(*argv[1:])
     assert (result.returncode, result.stderr, result.stdout) == (0, "", shown)
 
 
