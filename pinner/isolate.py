@@ -1,30 +1,6 @@
 """``cmk isolate``: confine a command to the CPUs of one pool, then become it.
 
-The device plugin's Allocate answer puts the container's CPUs in its env
-(``CMK_CPUS_EXCLUSIVE``, ``CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS``, ``CMK_CPUS_SHARED``,
-``CMK_CPUS_INFRA``). This reads the chosen pool's list, checks the container
-may use those CPUs, sets the affinity, exports ``CMK_CPUS_ASSIGNED`` and
-``CMK_CPUS_ASSIGNED_MASK`` and execs the command in place, so no wrapper stays
-behind: the workload keeps the pinner's PID (PID 1 in a container) and gets
-the pod's SIGTERM directly.
-
-This module imports only the interpreter's built-in ``errno``, ``posix`` and
-``sys`` (not ``os``: its import alone costs about 10% of a bare ``python3 -I -S``
-start), and from its package only the stdlib-only ``contract`` and ``cpulist``;
-``pinner/cmk_isolate.py`` runs it under ``python3 -I -S`` at interpreter speed.
-
-Which CPUs "this container may use" means its cpuset, not the affinity it was
-started with: since Linux 6.2 a task joining a cpuset keeps the affinity it
-inherited, so unless the runtime resets it (runc 1.3.1+, crun 1.10+) a
-container starts with the runtime's affinity, which on an isolcpus node is the
-housekeeping CPUs and excludes the very CPUs of the exclusive pool. A task may
-always widen its own affinity within its cpuset, so the pinner asks the kernel:
-it requests every CPU, and the kernel answers with the ones the cpuset allows.
-
-``pinner/native/cmk.c`` is the same program in C for images without Python.
-Both take their pools, limits, texts and exit statuses from
-``pinner/contract.py``, and one test table checks that both give the same
-messages and statuses.
+Why it works this way: ``docs/pinner.md``.
 """
 
 import errno

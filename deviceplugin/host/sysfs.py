@@ -4,32 +4,7 @@ Both roots are parameters so tests and ``--sysfs-root``/``--procfs-root``
 point discovery at a machine dump. The kernel's fallbacks are written as
 code, in the order the kernel's own history needs them:
 
-* online CPUs: ``cpu/online``; without it (or empty), each ``cpuN/online``
-  (``1``/``0``), and where that is missing or empty, a ``topology/`` folder
-  means online (cpu0 is often not hot-pluggable and has no ``online`` file;
-  offline CPUs often have no ``topology/`` folder).
-* every CPU: ``cpu/possible`` plus every ``cpuN`` folder plus the online
-  ones. ``cpu/offline`` is never read: it may list CPUs beyond ``possible``.
-* a core: ``core_cpus_list`` -> ``thread_siblings_list`` -> the hex masks
-  ``core_cpus`` -> ``thread_siblings``; cache and node CPU sets likewise
-  fall back from ``*_list``/``cpulist`` to the hex ``*_map``/``cpumap``.
-* ids (package, die, cluster, core) of ``-1`` mean "unknown" (POWER, s390,
-  arm64 without clusters) and become ``None``, as does a missing file and
-  an x86 ``cluster_id`` of 65535. An unknown package is then derived as
-  lscpu and hwloc do: one per distinct package CPU list (``package_cpus_list``
-  -> ``core_siblings_list`` -> their masks), numbered by lowest CPU.
-* NUMA: no ``node/nodeN`` folder means one node 0 holding every online CPU;
-  a CPU listed by several nodes (broken firmware that makes every node list
-  every CPU) belongs to the lowest-numbered one; an online CPU no node
-  lists has node ``None``.
-* an online CPU without a ``topology/`` folder is a lone thread of unknown
-  placement; a core's siblings are its *online* threads.
-* isolated CPUs: ``cpu/isolated`` plus ``isolcpus=`` on the command line
-  (whatever its flags); ``nohz_full``: ``cpu/nohz_full`` (``(null)`` means
-  none) plus ``nohz_full=``. A missing ``cmdline`` means no parameters.
-
-Anything other than a missing file (unreadable, a folder where a file should
-be, garbage) raises :class:`CmkError` naming the path.
+Why it works this way: ``docs/topology-discovery.md``.
 """
 
 from __future__ import annotations

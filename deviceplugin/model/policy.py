@@ -4,26 +4,7 @@ A pure function of (cores, available, must_include, size), like NVIDIA's
 allocator, so the gRPC server only converts protobuf and the kubelet
 stand-in, the tests and the placement benchmark call the very same code.
 
-The choice descends a short list of *levels* — NUMA node, then L3 cache
-group inside it, then single cores. At each level one greedy loop splits
-the count over the groups, asking an ordered list of named *strategies*
-which group to take from next:
-
-1. ``already-used``: a group that already holds a ``must_include`` device
-   (or was chosen earlier in this request) costs no extra node or cache,
-   so its free devices go first.
-2. ``best-fit``: the group with the *fewest* free devices that still holds
-   the rest of the request, so big groups keep room for big requests.
-3. ``largest-first``: nothing holds the rest, so take every free device of
-   the group with the *most*; repeating this uses the fewest groups.
-
-Ties go to the lowest group key (NUMA node id; first CPU of the L3 group),
-and inside a group to the core with the lowest first CPU. Keys are
-properties of the cores, never positions in ``available``, so the answer
-does not depend on the order the kubelet lists the IDs in.
-
-A CPU with no NUMA node or no L3 information counts as one group (key -1)
-at that level: missing information does not split a request.
+Why it works this way: ``docs/preferred-allocation.md``.
 """
 
 from __future__ import annotations

@@ -3,23 +3,7 @@
 A registry per daemon, so tests and two daemons in one process never share
 counters. Two kinds of series:
 
-- Counted as they happen, fed by :class:`deviceplugin.events.Events`
-  (:meth:`Metrics.on_event`): ``cmk_registrations_total{resource}``,
-  ``cmk_kubelet_restarts_total``, ``cmk_allocate_duration_seconds{pool}`` and
-  ``cmk_preferred_allocation_duration_seconds{pool}`` histograms,
-  ``cmk_allocate_errors_total{pool}``, ``cmk_preferred_allocation_errors_total{pool}``.
-- Read at scrape time (:class:`PoolCollector`), so they are never stale:
-  ``cmk_pool_capacity_devices``, ``cmk_pool_allocatable_devices`` (healthy),
-  ``cmk_pool_unhealthy_devices``, ``cmk_pool_registered`` (1 while registered
-  with the kubelet now listening) from the daemon's own device tree;
-  ``cmk_pool_cpus{pool,numa_node}`` from the plan; and
-  ``cmk_pool_allocated_devices`` from the kubelet's pod resources ``List``
-  with a short timeout. When the kubelet is away (socket missing, no answer
-  in time) that one series is left out of the scrape rather than reported
-  as 0 (nothing allocated would be a lie), and ``cmk_pod_resources_up`` is 0.
-
-Pool series carry ``pool`` and ``resource`` labels (``cmk_pool_cpus``: ``pool``
-and ``numa_node``) and exist only for the pools the daemon serves.
+Why it works this way: ``docs/metrics.md``.
 """
 
 from __future__ import annotations
