@@ -558,6 +558,25 @@ def test_command_line_serves_logs_registration_and_capacity_and_stops_on_sigterm
     assert not (plugin_dir / "kubelet.sock").exists()
 
 
+def test_command_line_stops_on_sigterm_however_soon_it_comes(plugin_dir: Path) -> None:
+    """SIGTERM right as it starts serving, five times: each run exits 0 and removes its socket."""
+    for _ in range(5):
+        process = subprocess.Popen([sys.executable, "-m", "deviceplugin.standin", "--plugin-dir", str(plugin_dir)],
+                                   stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 20
+            while not (plugin_dir / "kubelet.sock").exists():
+                assert process.poll() is None and time.monotonic() < deadline, "stand-in did not start"
+                time.sleep(0.01)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=20) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        assert not (plugin_dir / "kubelet.sock").exists()
+
+
 def test_command_line_bad_plugin_dir_is_one_line_without_traceback(plugin_dir: Path) -> None:
     blocker = plugin_dir / "a-file"
     blocker.write_text("")
