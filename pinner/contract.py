@@ -45,7 +45,6 @@ POOLS: dict[str, Pool] = {
 POOL_NAMES = ", ".join(POOLS)
 #: Every pool's variable, in the pools' order.
 ENV_NAMES = tuple(pool.env for pool in POOLS.values())
-ENV_LIST = ", ".join(ENV_NAMES)
 
 #: What ``cmk isolate`` exports to the workload: the CPUs (comma-separated) and CMK's hex mask.
 ENV_ASSIGNED = "CMK_CPUS_ASSIGNED"
@@ -82,6 +81,12 @@ ERRNO_TEXT = {
     "EROFS": "read-only file system",
 }
 
+#: What the pinners say of a sysfs or cgroup file they refuse to open (both print the same texts).
+NOT_REGULAR_TEXT = "not a regular file (a FIFO, device or directory is refused)"
+SYMLINK_TEXT = "a symbolic link (not followed)"
+#: The most read from a file that holds one number.
+MAX_NUMBER_FILE_BYTES = 64
+
 
 class IsolateExit:
     """``cmk isolate``'s exit statuses (the workload's own once the exec succeeded)."""
@@ -105,8 +110,8 @@ class HookExit:
     USAGE = 2  # unknown option or argument
     STATE = 3  # the OCI state on stdin is unreadable, not JSON, or lacks pid/bundle
     CONFIG = 4  # the container's config.json is unreadable, not JSON, or malformed
-    NO_CPUS = 5  # the container's env holds no CMK_CPUS_* CPUs
-    MALFORMED = 6  # a CMK_CPUS_* value is not a cpu list
+    NO_CPUS = 5  # no trusted CPUs: no --cpus, or config.json's hooks.createRuntime lacks this hook's entry
+    MALFORMED = 6  # a --cpus value (this hook's or another cmk hook entry's) is not a cpu list, or bad option
     GONE = 7  # the container's process is gone
     NO_CGROUP = 8  # no cpuset cgroup: not in /proc/PID/cgroup, not mounted, missing, or not enabled
     OUTSIDE = 9  # some CPUs are outside the parent cgroup's effective CPUs
@@ -156,18 +161,21 @@ exit statuses (COMMAND's own once it runs):
   126  COMMAND not executable   127  COMMAND not found
 """
 
-HOOK_HELP = f"""\
-usage: cmk hook [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE
+HOOK_HELP = """\
+usage: cmk hook --cpus=LIST [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE
 
-An OCI createRuntime hook, added by the cmk.intel.com/cpus CDI devices. It
-reads the container's state (pid, bundle) on stdin and its config.json from
-the bundle, takes the union of the CPUs in the container's env
-({ENV_LIST}),
+An OCI createRuntime hook, added by the cmk.intel.com/cpus CDI devices the
+device plugin writes (one per core or slot pool, each with its CPUs in
+--cpus). It reads the container's state (pid, bundle) on stdin and its
+config.json from the bundle, takes the union of the --cpus of every
+'cmk hook' entry in config.json's hooks.createRuntime (this one's included),
 writes them to the container's cpuset cgroup (v1 or v2) and sets the
-affinity of its init process. Any failure is one line on stderr and a
-non-zero status, so the runtime refuses to start the container.
+affinity of its init process. The container's env is never read. Any
+failure is one line on stderr and a non-zero status, so the runtime refuses
+to start the container.
 
 options:
+  --cpus=LIST         the CPUs of the CDI device that added this hook
   --proc-root=DIR     procfs to read /proc/PID/cgroup, /proc/PID/task and
                       /proc/self/mountinfo from (default: /proc)
   --cgroup-root=DIR   where the cpuset hierarchy (v1) or the unified one (v2)
@@ -176,8 +184,8 @@ options:
 
 exit statuses:
     2  usage error             3  bad OCI state on stdin
-    4  bad config.json         5  no CMK_CPUS_* CPUs in the env
-    6  a CMK_CPUS_* value is not a cpu list
+    4  bad config.json         5  no trusted CPUs (no --cpus, or not in config.json)
+    6  a --cpus value is not a cpu list
     7  the container's process is gone
     8  no cpuset cgroup found  9  CPUs outside the parent cgroup's
    10  cpuset.cpus not writable  11  affinity refused

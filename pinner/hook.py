@@ -10,17 +10,28 @@ What it does, in order; every failure is one line on stderr and a distinct
 non-zero status, so the runtime fails the container start showing that line
 and the workload never starts unconfined:
 
-1. Read the OCI state from stdin (``pid``, ``bundle``) and
-   ``<bundle>/config.json``.
-2. Take the union of the ``CMK_CPUS_*`` variables present in ``process.env``
-   (the Allocate answers set one per pool the container holds). The first
-   entry of a name wins, as ``getenv`` in the container sees it.
+1. Take this hook's own CPUs from its ``--cpus=LIST`` argument: the daemon
+   writes one CDI device per CPU set it hands out (a core, or a slot pool),
+   whose ``containerEdits`` add ``cmk hook --cpus=LIST`` as a hook.
+2. Read the OCI state from stdin (``pid``, ``bundle``) and
+   ``<bundle>/config.json``; take the union of the ``--cpus`` of every
+   ``cmk hook`` entry in its ``hooks.createRuntime`` (one per CDI device the
+   container holds, so a container holding several devices or pools gets
+   all of their CPUs, and every one of those hooks computes the same union).
+   This hook's own entry must be among them. The container's env is never
+   read: the pod spec can set any env name, but not an OCI hook (hooks come
+   only from the runtime's configuration, its hooks directories and CDI
+   specs; README's "Security: what is trusted" says where in each runtime).
 3. Find the init process's cpuset cgroup from ``/proc/<pid>/cgroup``: the v1
    ``cpuset`` line if there is one, else the v2 ``0::`` line, below the
    matching mount point from ``/proc/self/mountinfo`` (or ``--cgroup-root``).
 4. Check the CPUs are within the parent cgroup's effective CPUs, write the
    container cgroup's ``cpuset.cpus``, then set the affinity of every task
    of the init process. Running it twice is harmless (idempotent).
+
+Every file is opened without following a final symlink and without blocking
+(the cgroup's files relative to its directory, opened once), a FIFO, device or
+directory is refused, and reads stop at ``MAX_JSON_BYTES``.
 
 Why ``createRuntime``: runc runs it in the runtime's namespaces after it has
 created and configured the container's cgroup (so there is a cpuset to
@@ -34,16 +45,22 @@ Its exit statuses and help are ``HookExit`` and ``HOOK_HELP`` in
 ``pinner/contract.py``, beside ``cmk isolate``'s.
 """
 
-#: The command line the CDI spec gives the runtime (argv[0] first, as OCI hooks take it).
+#: The command line the CDI spec gives the runtime (argv[0] first, as OCI hooks take it), before ``--cpus``.
 ARGS = ("cmk", "hook")
+CPUS_OPTION = "--cpus"
 
-#: The largest state or config.json read; real ones are a few KiB.
+#: The largest state, config.json or procfs file read; real ones are a few KiB.
 MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Nesting deeper than this is refused rather than risk the stack.
 MAX_JSON_DEPTH = 128
 DEFAULT_PROC_ROOT = "/proc"
 
 NO_CPUS_HINT = (
-    "request a cmk.intel.com resource so its Allocate answer sets one, "
-    "or drop the cmk.intel.com/cpus CDI device"
+    "cmk hook takes a container's CPUs only from the cmk.intel.com/cpus CDI devices the device plugin "
+    "names in its Allocate answers, never from the env"
 )
+
+
+def command_line(cpus: str) -> list[str]:
+    """The hook's argv in a CDI device's edits: ``cmk hook --cpus=1,9``."""
+    return [*ARGS, f"{CPUS_OPTION}={cpus}"]

@@ -4,15 +4,7 @@ Stateless on purpose: the kubelet never says when devices are freed and
 reuses an init container's devices for app containers, so the IDs alone
 must be enough, and answering the same IDs twice gives the same answer.
 
-One container may hold devices of several pools, and the kubelet merges the
-plugins' answers keeping the first value of each env name and mount path.
-So every pool sets its own env name, and the one mount every pool adds (the
-pinner's install dir at ``/opt/bin``) is identical in all of them.
-
-CDI: with CDI on, every answer also names its pool's CDI device
-(``cmk.intel.com/cpus=<pool>``, see :mod:`deviceplugin.host.cdi`), whose hook
-confines the container from the runtime side. The name is passed in, so this
-module stays free of the spec's I/O.
+Why it works this way: ``docs/answers.md``.
 """
 
 from __future__ import annotations
@@ -21,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from deviceplugin.model.devices import PoolDevices
-from deviceplugin.model.plan import Pool
+from deviceplugin.model.plan import CORE_POOLS, Pool
 from pinner.contract import POOLS as PINNER_POOLS
 from pinner.cpulist import format_cpu_csv
 
@@ -30,6 +22,24 @@ PINNER_CONTAINER_DIR = "/opt/bin"
 
 #: pool -> the env variable its Allocate answer sets: the pinner's own table, so both sides agree
 ENV_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value].env for pool in Pool}
+
+
+#: The CDI kind of the daemon's devices (``deviceplugin.host.cdi`` writes the spec declaring them).
+CDI_KIND = "cmk.intel.com/cpus"
+
+
+def cdi_device(devices: PoolDevices, device_id: str) -> str:
+    """The spec's device for one kubelet device ID: the ID itself for a core, the pool for a slot.
+
+    Every slot of a pool carries the pool's CPUs, so one device per slot pool
+    keeps the spec O(cores) however many slots are advertised.
+    """
+    return device_id if devices.pool in CORE_POOLS else devices.pool.value
+
+
+def cdi_device_names(devices: PoolDevices, ids: Sequence[str]) -> tuple[str, ...]:
+    """The fully qualified CDI devices an answer for ``ids`` names (``cmk.intel.com/cpus=cpus-1.9``), once each."""
+    return tuple(dict.fromkeys(f"{CDI_KIND}={cdi_device(devices, i)}" for i in ids))
 
 
 class DeviceRequestError(ValueError):
@@ -73,8 +83,10 @@ def pinner_mount(install_dir: str) -> Mount:
 
 
 def allocate_answer(devices: PoolDevices, ids: Sequence[str], *, install_dir: str,
-                    cdi_devices: tuple[str, ...] = ()) -> ContainerAnswer:
-    """The env naming the container's CPUs, the pinner mount and ``cdi_devices``; DeviceRequestError for bad IDs.
+                    cdi: bool = False) -> ContainerAnswer:
+    """The env naming the container's CPUs, the pinner mount and, with ``cdi``, the CDI device of every ID.
+
+    DeviceRequestError for bad IDs.
 
     Core devices carry their core's CPUs and slot devices the whole pool's,
     so the union over the IDs is right for both kinds.
@@ -84,5 +96,5 @@ def allocate_answer(devices: PoolDevices, ids: Sequence[str], *, install_dir: st
     return ContainerAnswer(
         envs={ENV_NAMES[devices.pool]: format_cpu_csv(cpus)},
         mounts=(pinner_mount(install_dir),),
-        cdi_devices=cdi_devices,
+        cdi_devices=cdi_device_names(devices, ids) if cdi else (),
     )

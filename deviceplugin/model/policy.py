@@ -9,12 +9,15 @@ Why it works this way: ``docs/preferred-allocation.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from deviceplugin.model.topology import Core
 
 #: Free devices per group key (NUMA node id, L3 group's first CPU).
 Spare = Mapping[int, int]
+#: A group's key at one scope: the NUMA node and L3 group, or one of them.
+Scope = Callable[[Core], tuple[int, ...]]
 #: Picks the group to take from next, or None to let the next strategy decide.
 Strategy = Callable[[Spare, int, frozenset[int]], int | None]
 
@@ -49,8 +52,28 @@ def _l3_key(core: Core) -> int:
     return min(core.l3) if core.l3 else -1
 
 
+def _cell_key(core: Core) -> tuple[int, ...]:
+    return _node_key(core), _l3_key(core)
+
+
+def _node_only(core: Core) -> tuple[int, ...]:
+    return (_node_key(core),)
+
+
+def _l3_only(core: Core) -> tuple[int, ...]:
+    return (_l3_key(core),)
+
+
 #: Outermost first: one NUMA node matters more than one L3 group.
 LEVELS: tuple[tuple[str, Callable[[Core], int]], ...] = (("numa-node", _node_key), ("l3-cache", _l3_key))
+
+#: Narrowest first: the kinds of group one of which should hold a whole request, each with the
+#: enclosing level whose free devices rank its candidates first (fewest first).
+SCOPES: tuple[tuple[str, Scope, tuple[Callable[[Core], int], ...]], ...] = (
+    ("numa-node and l3-cache", _cell_key, (_node_key,)),
+    ("numa-node", _node_only, ()),
+    ("l3-cache", _l3_only, ()),
+)
 
 
 def _next_group(spare: Spare, need: int, used: frozenset[int]) -> int:
@@ -92,6 +115,49 @@ def _choose(cores: Mapping[str, Core], free: Iterable[str], required: frozenset[
     return chosen
 
 
+def _nodes_needed(cores: Mapping[str, Core], free: Collection[str], required: frozenset[str], count: int) -> int:
+    """The fewest NUMA nodes that hold ``count`` of ``free`` with every required device (largest first)."""
+    per_node = Counter(_node_key(cores[device]) for device in free)
+    mandatory = {_node_key(cores[device]) for device in required}
+    rest = count - sum(per_node[node] for node in mandatory)
+    others = sorted((n for node, n in per_node.items() if node not in mandatory), reverse=True)
+    needed = len(mandatory)
+    for spare in others:
+        if rest <= 0:
+            break
+        rest -= spare
+        needed += 1
+    return needed
+
+
+def _best_holding(cores: Mapping[str, Core], free: Collection[str], required: frozenset[str], count: int,
+                  key: Scope, outer: Sequence[Callable[[Core], int]], fewest: int) -> set[str] | None:
+    """The free devices of the best-fit group of one scope that holds the request, or None."""
+    groups: dict[tuple[int, ...], set[str]] = {}
+    for device in free:
+        groups.setdefault(key(cores[device]), set()).add(device)
+    spare = [Counter(level(cores[device]) for device in free) for level in outer]
+
+    def rank(group: tuple[int, ...]) -> tuple[int, ...]:
+        core = cores[next(iter(groups[group]))]
+        return (*(counts[level(core)] for counts, level in zip(spare, outer)), len(groups[group]), *group)
+
+    holding = [group for group, members in groups.items() if len(members) >= count and required <= members
+               and _nodes_needed(cores, members, required, count) <= fewest]
+    return groups[min(holding, key=rank)] if holding else None
+
+
+def _one_group(cores: Mapping[str, Core], free: Collection[str], required: frozenset[str],
+               count: int) -> Collection[str]:
+    """The free devices of the narrowest scope's best-fit group that holds the request; else all of ``free``."""
+    fewest = _nodes_needed(cores, free, required, count)
+    for _, key, outer in SCOPES:
+        members = _best_holding(cores, free, required, count, key, outer, fewest)
+        if members is not None:
+            return members
+    return free
+
+
 def preferred_allocation(cores: Mapping[str, Core], available: Sequence[str], must_include: Sequence[str],
                          size: int) -> list[str]:
     """The devices a container should get, ordered by first CPU.
@@ -119,7 +185,8 @@ def preferred_allocation(cores: Mapping[str, Core], available: Sequence[str], mu
         raise ValueError(f"{len(required)} must_include devices exceed allocation size {size}; "
                          "the size counts the reused devices too")
     free = {device for device in available if device in cores}
-    chosen = _choose(cores, free, required, min(size, len(free)), LEVELS)
+    count = min(size, len(free))
+    chosen = _choose(cores, _one_group(cores, free, required, count), required, count, LEVELS)
     return sorted(chosen, key=lambda device: (cores[device].first, device))
 
 

@@ -31,8 +31,11 @@ from deviceplugin.kubelet.podresources import (
     Unavailable,
     read_assignments,
 )
+from deviceplugin.model.assignments import Assignments
+from deviceplugin.model.cpustats import held_cpus
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.plan import PoolPlan
+from deviceplugin.observe.cpumetrics import CpuCollector
 
 #: Allocate answers in well under a millisecond; the top buckets catch a GC pause or a loaded node.
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -43,8 +46,9 @@ class PoolCollector(Collector):
 
     def __init__(self, *, tree: Callable[[], DeviceTree], plan: PoolPlan,
                  registered: Callable[[], frozenset[str]], pod_resources: Path | None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, cpu_stats: CpuCollector | None = None) -> None:
         self._tree = tree
+        self._cpu_stats = cpu_stats
         self._plan = plan
         self._registered = registered
         self._pod_resources = pod_resources
@@ -86,22 +90,24 @@ class PoolCollector(Collector):
                 family.add_metric([str(devices.pool), node], count)
         return family
 
+    def _assignments(self, tree: DeviceTree) -> Assignments | None:
+        if self._pod_resources is None:
+            return None
+        try:
+            return read_assignments(self._pod_resources, resources=tree, allocatable=False, timeout=self._timeout)
+        except Unavailable:
+            return None
+
     def _allocated(self, tree: DeviceTree) -> Iterator[Metric]:
+        assignments = self._assignments(tree)
         up = GaugeMetricFamily("cmk_pod_resources_up",
                                "1 if the last scrape read the kubelet's pod resources API, else 0.")
-        if self._pod_resources is None:
-            up.add_metric([], 0)
-            yield up
-            return
-        try:
-            assignments = read_assignments(self._pod_resources, resources=tree, allocatable=False,
-                                           timeout=self._timeout)
-        except Unavailable:
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
+        up.add_metric([], 0 if assignments is None else 1)
         yield up
+        if self._cpu_stats is not None:  # one pod resources read per scrape serves both
+            yield from self._cpu_stats.families(None if assignments is None else held_cpus(tree, assignments.held))
+        if assignments is None:
+            return
         allocated = GaugeMetricFamily("cmk_pool_allocated_devices",
                                       "Devices held by containers (kubelet pod resources List).",
                                       labels=["pool", "resource"])

@@ -60,17 +60,23 @@ def containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return spec.get("initContainers", []) + spec["containers"]
 
 
+def pool_config(kustomization: str) -> dict[str, Any]:
+    """The daemon's --config ConfigMap (beside it: the node group's ConfigMap for the admission policy)."""
+    (config,) = [c for c in objects("ConfigMap", kustomization) if "config.yaml" in c.get("data", {})]
+    return config
+
+
 def daemon_container(kustomization: str) -> dict[str, Any]:
     (daemonset,) = objects("DaemonSet", kustomization)
     (daemon,) = [c for c in pod_spec(daemonset)["containers"] if c["name"] == "daemon"]
     return daemon
 
 
-DAEMON_KUSTOMIZATIONS = [k for k in KUSTOMIZATIONS if k != "examples"]
+DAEMON_KUSTOMIZATIONS = [k for k in KUSTOMIZATIONS if k not in ("examples", "admission")]
 
 
 def test_the_expected_kustomizations_exist() -> None:
-    assert KUSTOMIZATIONS == ["base", "examples", "overlays/cdi-off", "overlays/node-group-large"]
+    assert KUSTOMIZATIONS == ["admission", "base", "examples", "overlays/cdi-off", "overlays/node-group-large"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -192,8 +198,7 @@ def test_node_group_overlay_is_a_separate_daemonset_with_its_own_pool_layout() -
     assert not (large_selector.items() <= base["spec"]["template"]["metadata"]["labels"].items())
     assert pod_spec(base)["nodeSelector"]["cmk.intel.com/cpu-pools"] == "default"
     assert pod_spec(large)["nodeSelector"]["cmk.intel.com/cpu-pools"] == "large"
-    (base_config,) = objects("ConfigMap", "base")
-    (large_config,) = objects("ConfigMap", "overlays/node-group-large")
+    base_config, large_config = pool_config("base"), pool_config("overlays/node-group-large")
     assert base_config["data"] != large_config["data"]
     (volume,) = [v for v in pod_spec(large)["volumes"] if "configMap" in v]
     assert volume["configMap"]["name"] == large_config["metadata"]["name"]
@@ -226,7 +231,7 @@ def test_daemon_args_are_flags_cmk_device_plugin_accepts(kustomization: str) -> 
 
 @pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
 def test_pool_config_is_a_valid_daemon_config(kustomization: str) -> None:
-    (config,) = objects("ConfigMap", kustomization)
+    config = pool_config(kustomization)
     values = parse_config(yaml.safe_load(config["data"]["config.yaml"]), kustomization)
     assert values, "the config sets nothing"
 

@@ -1,0 +1,479 @@
+"""A ValidatingAdmissionPolicy evaluator for tests: the API server's steps, with a real CEL engine.
+
+The expressions run on Google's CEL implementation (``cel-expr-python``, the cel-cpp runtime).
+What Kubernetes adds on top of CEL is ported here from its source, never loosened:
+
+Why it works this way: ``docs/tests-admission.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from cel_expr_python import cel
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+INT64_MAX = 2**63 - 1
+NANO = -9
+MAX_INT64_FACTORS = 18  # maxInt64Factors: digits an int64 holds safely
+DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+MAX_MESSAGE_BYTES = 5 * 1024  # celconfig.MaxEvaluatedMessageExpressionSizeBytes
+
+
+class NotPorted(Exception):
+    """A case the port does not cover: the test must not rely on it."""
+
+
+class EvaluationError(Exception):
+    """An expression failed to compile or evaluate."""
+
+
+class RejectedByApi(ValueError):
+    """The API server refuses this pod before admission policies see it."""
+
+
+# --- resource.Quantity ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A parsed quantity held as the int64 fast path does: ``value`` × 10^``scale``."""
+
+    value: int
+    scale: int
+    format: str  # DecimalSI, BinarySI or DecimalExponent
+    text: str  # the cached string ParseQuantity keeps when the input was already canonical, else ""
+
+    @property
+    def exact(self) -> Fraction:
+        return Fraction(self.value) * Fraction(10) ** self.scale
+
+    def as_int64(self) -> int | None:
+        """``Quantity.AsInt64``: only scale 0 or above converts (negative scales are never reduced)."""
+        if self.scale == 0:
+            return self.value
+        if self.scale < 0:
+            return None
+        result = self.value * 10**self.scale
+        return result if -INT64_MAX - 1 <= result <= INT64_MAX else None
+
+    def string(self) -> str:
+        """``Quantity.String``: the cached text, else ``CanonicalizeBytes``."""
+        if self.text:
+            return self.text
+        if self.value == 0:
+            return "0"
+        fmt = self.format
+        if fmt == "BinarySI":
+            if -1024 < self.exact < 1024 or self.exact.denominator != 1:
+                fmt = "DecimalSI"
+            else:
+                amount, exponent = _remove_factors(int(self.exact), 1024)
+                suffix = {v // 10: k for k, v in BINARY_SUFFIXES.items()} | {0: ""}
+                if exponent not in suffix:
+                    raise NotPorted(f"binary exponent {exponent}")
+                return f"{amount}{suffix[exponent]}"
+        amount, exponent = _remove_factors(self.value, 10)
+        exponent += self.scale
+        while exponent % 3:
+            amount, exponent = amount * 10, exponent - 1
+        if fmt == "DecimalExponent":
+            return f"{amount}" if exponent == 0 else f"{amount}e{exponent}"
+        names = {v: k for k, v in DECIMAL_SUFFIXES.items()}
+        if exponent not in names:
+            raise NotPorted(f"decimal exponent {exponent}")
+        return f"{amount}{names[exponent]}"
+
+
+def _remove_factors(value: int, base: int) -> tuple[int, int]:
+    times = 0
+    while value and value % base == 0:
+        value, times = value // base, times + 1
+    return value, times
+
+
+def _split(text: str) -> tuple[bool, str, str, str]:
+    """``parseQuantityString``: sign, numerator, denominator and suffix; ValueError when malformed."""
+    pos, end, positive = 0, len(text), True
+    if text[:1] in "+-":
+        positive, pos = text[0] != "-", 1
+    while pos < end and text[pos] == "0":
+        pos += 1
+    if pos >= end:
+        return positive, "0", "", ""
+    start = pos
+    while pos < end and text[pos].isdigit():
+        pos += 1
+    num = text[start:pos] or "0"
+    denom = ""
+    if pos < end and text[pos] == ".":
+        pos += 1
+        start = pos
+        while pos < end and text[pos].isdigit():
+            pos += 1
+        denom = text[start:pos]
+    suffix_start = pos
+    while pos < end and text[pos] in "eEinumkKMGTP":
+        pos += 1
+    if pos < end and text[pos] in "+-":
+        pos += 1
+    while pos < end and text[pos].isdigit():
+        pos += 1
+    if pos < end:
+        raise ValueError("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+    return positive, num, denom, text[suffix_start:end]
+
+
+def _suffix(suffix: str) -> tuple[int, int, str]:
+    if suffix in DECIMAL_SUFFIXES:
+        return 10, DECIMAL_SUFFIXES[suffix], "DecimalSI"
+    if suffix in BINARY_SUFFIXES:
+        return 2, BINARY_SUFFIXES[suffix], "BinarySI"
+    if len(suffix) > 1 and suffix[0] in "eE" and re.fullmatch(r"[+-]?[0-9]+", suffix[1:]):
+        return 10, int(suffix[1:]), "DecimalExponent"
+    raise ValueError("unable to parse quantity's suffix")
+
+
+def parse_quantity(text: str) -> Quantity:
+    """``resource.ParseQuantity`` on its int64 fast path; NotPorted where Go falls back to inf.Dec."""
+    if not text:
+        raise ValueError("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+    if text == "0":
+        return Quantity(0, 0, "DecimalSI", text)
+    positive, num, denom, suffix = _split(text)
+    _, exponent, fmt = _suffix(suffix)
+    mantissa = 1
+    if fmt == "BinarySI":
+        scale = 0
+        if exponent >= 0 and not denom:
+            mantissa = 1 << exponent
+            precision = 15 - len(num) - int(exponent * 3 / 10) - 1
+        else:
+            precision = -1
+    else:
+        scale = exponent
+        precision = MAX_INT64_FACTORS - (len(num) + len(denom))
+    scale -= len(denom)
+    if precision < 0 or scale < NANO:
+        raise NotPorted(f"quantity {text!r} takes ParseQuantity's inf.Dec path")
+    shifted = num + denom
+    value = int(shifted) * mantissa
+    if value > INT64_MAX:
+        raise NotPorted(f"quantity {text!r} overflows the int64 path")
+    value = value if positive else -value
+    if fmt == "BinarySI":
+        canonical = exponent % 10 == 0 and int(shifted) & 0x07 != 0
+    else:
+        canonical = scale % 3 == 0 and not shifted.endswith("000") and shifted[0] != "0"
+    return Quantity(value, scale, fmt, text if canonical else "")
+
+
+# --- the CEL environment ----------------------------------------------------------------------
+
+
+def _quantity_message() -> type:
+    """``kubernetes.Quantity`` as a protobuf message, since the engine takes no opaque Python values.
+
+    Its one field carries the port's state; policy expressions never read it (the tests check).
+    """
+    file = descriptor_pb2.FileDescriptorProto(name="cmk_tests/kubernetes_quantity.proto", package="kubernetes",
+                                              syntax="proto3")
+    message = file.message_type.add(name="Quantity")
+    message.field.add(name="cmk_tests_state", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                      label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    POOL.Add(file)
+    return message_factory.GetMessageClass(POOL.FindMessageTypeByName("kubernetes.Quantity"))
+
+
+POOL = descriptor_pool.DescriptorPool()
+QuantityMessage = _quantity_message()
+QUANTITY_FIELD = "cmk_tests_state"
+
+
+def _wrap(q: Quantity) -> Any:
+    return QuantityMessage(cmk_tests_state=f"{q.value} {q.scale} {q.format} {q.text}")
+
+
+def _unwrap(message: Any) -> Quantity:
+    value, scale, fmt, text = (message.cmk_tests_state.split(" ") + [""])[:4]
+    return Quantity(int(value), int(scale), fmt, text)
+
+
+def _as_integer(message: Any) -> int:
+    result = _unwrap(message).as_int64()
+    if result is None:
+        raise ValueError("cannot convert value to integer")
+    return result
+
+
+def _compare(a: Any, b: Any) -> int:
+    x, y = _unwrap(a).exact, _unwrap(b).exact
+    return (x > y) - (x < y)
+
+
+def _is_quantity(text: str) -> bool:
+    try:
+        parse_quantity(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _sum(values: Sequence[Any], zero: Any) -> Any:
+    total = zero
+    for value in values:
+        total = total + value
+    return total
+
+
+def _functions() -> list[cel.FunctionDecl]:
+    q = cel.Type("kubernetes.Quantity")
+    string, boolean, integer, double = cel.Type.STRING, cel.Type.BOOL, cel.Type.INT, cel.Type.DOUBLE
+
+    def member(name: str, overload: str, result: cel.Type, params: list[cel.Type],
+               impl: Callable[..., Any]) -> cel.FunctionDecl:
+        return cel.FunctionDecl(name, [cel.Overload(overload, result, params, is_member=True, impl=impl)])
+
+    return [
+        cel.FunctionDecl("quantity", [cel.Overload("string_to_quantity", q, [string],
+                                                   impl=lambda s: _wrap(parse_quantity(s)))]),
+        cel.FunctionDecl("isQuantity", [cel.Overload("is_quantity_string", boolean, [string], impl=_is_quantity)]),
+        # 1.30 declares sign as a global function, not a member
+        cel.FunctionDecl("sign", [cel.Overload("quantity_sign", integer, [q],
+                                               impl=lambda a: (_unwrap(a).value > 0) - (_unwrap(a).value < 0))]),
+        member("isGreaterThan", "quantity_is_greater_than", boolean, [q, q], lambda a, b: _compare(a, b) == 1),
+        member("isLessThan", "quantity_is_less_than", boolean, [q, q], lambda a, b: _compare(a, b) == -1),
+        member("compareTo", "quantity_compare_to", integer, [q, q], _compare),
+        member("asApproximateFloat", "quantity_get_float", double, [q], lambda a: float(_unwrap(a).exact)),
+        member("asInteger", "quantity_get_int", integer, [q], _as_integer),
+        member("isInteger", "quantity_is_integer", boolean, [q], lambda a: _unwrap(a).as_int64() is not None),
+        # lists.go's sum() for list(int) only: cel-cpp dispatches on the argument's kind (list), so a
+        # second overload over list(double) would collide; the policy sums ints
+        member("sum", "list_int_sum_int", integer, [cel.Type.List(integer)], lambda xs: _sum(xs, 0)),
+    ]
+
+
+ENV = cel.NewEnv(POOL, variables={name: cel.Type.DYN for name in
+                                  ("object", "oldObject", "params", "request", "namespaceObject", "variables")},
+                 functions=_functions())
+
+
+def check_literals(expression: str) -> None:
+    """HomogeneousAggregateLiterals, on the text: list literals of several elements hold string literals only."""
+    if re.search(r"\{", _strip_strings(expression)):
+        raise EvaluationError(f"map literal in {expression!r}: the harness does not check their element types")
+    text = _strip_strings(expression, keep=True)
+    for match in re.finditer(r"(?<![\w\)\]])\s*\[", text):
+        depth, items, current, i = 0, [], "", match.end()
+        while i < len(text):
+            ch = text[i]
+            if ch in "[(" :
+                depth += 1
+            elif ch in ")]":
+                if depth == 0:
+                    items.append(current.strip())
+                    break
+                depth -= 1
+            elif ch == "," and depth == 0:
+                items.append(current.strip())
+                current = ""
+                i += 1
+                continue
+            current += ch
+            i += 1
+        items = [item for item in items if item]
+        if len(items) > 1 and not all(re.fullmatch(r"'[^']*'", item) for item in items):
+            raise EvaluationError(f"mixed list literal [{', '.join(items)}] in {expression!r}")
+
+
+def _strip_strings(expression: str, *, keep: bool = False) -> str:
+    """The expression with each single-quoted string's contents blanked (kept as '' when ``keep``)."""
+    return re.sub(r"'(?:\\.|[^'\\])*'", "'x'" if keep else "''", expression)
+
+
+@dataclass
+class Compiled:
+    text: str
+    program: Any
+
+    def __call__(self, data: Mapping[str, Any]) -> Any:
+        result = self.program.eval(data=dict(data))
+        if result.type() == cel.Type.ERROR:
+            raise EvaluationError(f"{self.text!r}: {result.value()}")
+        return result.plain_value()
+
+
+def compile_expression(text: str) -> Compiled:
+    check_literals(text)
+    try:
+        return Compiled(text, ENV.compile(text))
+    except RuntimeError as err:
+        raise EvaluationError(f"{text!r} does not compile: {err}") from None
+
+
+# --- the object the API server hands to admission ---------------------------------------------
+
+CONTAINER_LISTS = ("initContainers", "containers")
+
+
+def api_pod(pod: Mapping[str, Any], *, operation: str = "CREATE") -> dict[str, Any]:
+    """The pod as admission sees it: defaulted, validated (the parts that matter here), canonical quantities."""
+    pod = copy.deepcopy(dict(pod))
+    spec = pod["spec"]
+    if operation == "CREATE" and spec.get("ephemeralContainers"):
+        raise RejectedByApi("ephemeral containers cannot be set on create")
+    for container in spec.get("ephemeralContainers", []):
+        if container.get("resources"):
+            raise RejectedByApi("ephemeral containers may not have resources")
+    for kind in CONTAINER_LISTS:
+        for container in spec.get(kind, []):
+            resources = container.get("resources")
+            if not resources:
+                continue
+            for field in ("limits", "requests"):
+                if field in resources:
+                    resources[field] = {name: parse_quantity(str(value)).string()
+                                        for name, value in resources[field].items()}
+            limits, requests = resources.get("limits", {}), resources.setdefault("requests", {})
+            for name, value in limits.items():  # SetDefaults_Pod
+                requests.setdefault(name, value)
+            _validate_resources(container["name"], requests, limits)
+    return pod
+
+
+def _validate_resources(name: str, requests: Mapping[str, str], limits: Mapping[str, str]) -> None:
+    for resource, value in requests.items():
+        request = parse_quantity(value).exact
+        if resource in limits and request > parse_quantity(limits[resource]).exact:
+            raise RejectedByApi(f"{name}: {resource} request must be less than or equal to the limit")
+        if "/" in resource and not resource.startswith(("kubernetes.io/", "hugepages-")):  # extended
+            if request.denominator != 1:
+                raise RejectedByApi(f"{name}: {resource} must be an integer")
+            if resource not in limits:
+                raise RejectedByApi(f"{name}: {resource} limit must be set for non overcommitable resources")
+            if request != parse_quantity(limits[resource]).exact:
+                raise RejectedByApi(f"{name}: {resource} must be equal to the limit")
+
+
+# --- the dispatcher ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """An admission request for a pod: CREATE, or UPDATE of a subresource such as ephemeralcontainers."""
+
+    pod: Mapping[str, Any]
+    operation: str = "CREATE"
+    subresource: str = ""
+    namespace: str = "default"
+
+    @property
+    def resource(self) -> str:
+        return "pods" + (f"/{self.subresource}" if self.subresource else "")
+
+
+def _rule_matches(rule: Mapping[str, Any], request: Request) -> bool:
+    def has(field: str, value: str) -> bool:
+        return "*" in rule[field] or value in rule[field]
+
+    return (has("apiGroups", "") and has("apiVersions", "v1") and has("operations", request.operation)
+            and has("resources", request.resource) and rule.get("scope", "*") in ("*", "Namespaced"))
+
+
+def _only(spec: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    extra = set(spec) - set(allowed)
+    if extra:
+        raise NotPorted(f"{where}: {sorted(extra)}")
+
+
+def _params(binding: Mapping[str, Any], objects: Sequence[Mapping[str, Any]], policy: Mapping[str, Any],
+            request: Request) -> list[Mapping[str, Any]] | None:
+    """``CollectParams``: the parameter objects, [None] without paramKind, None for 'no params, Deny'."""
+    kind, ref = policy["spec"].get("paramKind"), binding["spec"].get("paramRef")
+    if kind is None or ref is None:
+        return [None]  # type: ignore[list-item]
+    _only(ref, ("name", "namespace", "selector", "parameterNotFoundAction"), "paramRef")
+    namespace = ref.get("namespace") or request.namespace
+    candidates = [obj for obj in objects if obj["apiVersion"] == kind["apiVersion"] and obj["kind"] == kind["kind"]
+                  and obj["metadata"].get("namespace") == namespace]
+    if "name" in ref:
+        found = [obj for obj in candidates if obj["metadata"]["name"] == ref["name"]]
+    else:
+        _only(ref["selector"], ("matchLabels",), "paramRef.selector")
+        wanted = ref["selector"].get("matchLabels", {}).items()
+        found = [obj for obj in candidates if wanted <= obj["metadata"].get("labels", {}).items()]
+    if not found and ref.get("parameterNotFoundAction") == "Deny":
+        return None
+    return sorted(found, key=lambda obj: obj["metadata"]["name"])
+
+
+def _evaluate(policy: Mapping[str, Any], data: dict[str, Any]) -> list[str]:
+    """``validator.Validate`` for one parameter: the messages of the validations that fail."""
+    spec = policy["spec"]
+    for condition in spec.get("matchConditions", []):
+        if compile_expression(condition["expression"])(data) is not True:
+            return []
+    variables: dict[str, Any] = {}
+    data["variables"] = variables
+    for variable in spec.get("variables", []):
+        variables[variable["name"]] = compile_expression(variable["expression"])(data)
+    messages = []
+    for validation in spec["validations"]:
+        result = compile_expression(validation["expression"])(data)
+        if result is True:
+            continue
+        if result is not False:
+            raise EvaluationError(f"{validation['expression']!r} gave {result!r}, not a bool")
+        message = ""
+        if "messageExpression" in validation:
+            value = compile_expression(validation["messageExpression"])(data)
+            if isinstance(value, str):
+                message = value.strip()
+                if len(message) > MAX_MESSAGE_BYTES or "\n" in message:
+                    message = ""
+        if not message:
+            message = validation.get("message", "").strip() or f"failed expression: {validation['expression'].strip()}"
+        messages.append(message)
+    return messages
+
+
+def denials(objects: Sequence[Mapping[str, Any]], request: Request) -> list[str]:
+    """Every denial the cluster's policies give the request, as the API server words them, first one first."""
+    policies = sorted((o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"), key=lambda o: o["metadata"]["name"])
+    bindings = sorted((o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"),
+                      key=lambda o: o["metadata"]["name"])
+    pod = api_pod(request.pod, operation=request.operation)
+    base = {"object": pod, "oldObject": None, "namespaceObject": {"metadata": {"name": request.namespace}},
+            "request": {"operation": request.operation, "namespace": request.namespace,
+                        "name": pod["metadata"].get("name", ""), "subResource": request.subresource}}
+    found = []
+    for policy in policies:
+        spec, name = policy["spec"], policy["metadata"]["name"]
+        _only(spec["matchConstraints"], ("resourceRules",), "matchConstraints")
+        if not any(_rule_matches(rule, request) for rule in spec["matchConstraints"]["resourceRules"]):
+            continue
+        for binding in (b for b in bindings if b["spec"]["policyName"] == name):
+            _only(binding["spec"], ("policyName", "validationActions", "paramRef"), "binding")
+            params = _params(binding, objects, policy, request)
+            prefix = f"ValidatingAdmissionPolicy '{name}' with binding '{binding['metadata']['name']}' denied request: "
+            if params is None:
+                if spec.get("failurePolicy", "Fail") == "Fail":
+                    found.append(prefix + "failed to configure binding: "
+                                 "no params found for policy binding with `Deny` parameterNotFoundAction")
+                continue
+            for param in params:
+                for message in _evaluate(policy, dict(base, params=param)):
+                    if "Deny" in binding["spec"]["validationActions"]:
+                        found.append(prefix + message)
+    return found
+
+
+def kubectl_error(request: Request, denial: str) -> str:
+    """What ``kubectl apply`` prints for a denial (reason Invalid, one cause with an empty field)."""
+    return f'The {request.resource.split("/")[0]} "{request.pod["metadata"]["name"]}" is invalid: : {denial}'
