@@ -26,6 +26,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from api.constants import (
@@ -35,7 +36,7 @@ from api.constants import (
     validate_resource_name,
 )
 from deviceplugin.errors import CmkError
-from deviceplugin.events import Events
+from deviceplugin.events import Events, HealthChanged, KubeletRestart, Serving
 from deviceplugin.host import cdi
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR
 from deviceplugin.host.sysfs import discover
@@ -48,7 +49,20 @@ from pinner.cpulist import format_cpu_list
 
 log = logging.getLogger(__name__)
 
-_CPUS, _KUBELET, _STOP = "cpus", "kubelet", "stop"
+class Wake(Enum):
+    """What the supervisor's queue carries; a deleted socket carries its name as :class:`SocketGone`."""
+
+    CPUS = "a CPU changed"
+    KUBELET_SOCKET = "kubelet.sock created"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class SocketGone:
+    name: str
+
+
+_Item = Wake | SocketGone
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +108,7 @@ class Daemon:
         self.kubelet_socket = settings.kubelet_dir / KUBELET_SOCKET_NAME
         self._servers: dict[str, PoolServer] = {}
         self._registrar: Registrar | None = None
-        self._events: queue.Queue[tuple[str, str]] = queue.Queue()
+        self._events: queue.Queue[_Item] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="cmk-supervisor", daemon=True)
         self._watchers: list = []
         self._cdi_written = False
@@ -112,9 +126,9 @@ class Daemon:
         self._serve()
         watchers = [
             PluginDirWatcher(self.settings.kubelet_dir, kubelet_socket_name=KUBELET_SOCKET_NAME,
-                             on_kubelet=lambda: self._events.put((_KUBELET, "")),
-                             on_deleted=lambda name: self._events.put((_KUBELET, name))),
-            cpu_watcher(self.settings.sysfs_root, lambda: self._events.put((_CPUS, ""))),
+                             on_kubelet=lambda: self._events.put(Wake.KUBELET_SOCKET),
+                             on_deleted=lambda name: self._events.put(SocketGone(name))),
+            cpu_watcher(self.settings.sysfs_root, lambda: self._events.put(Wake.CPUS)),
         ]
         for watcher in watchers:
             try:
@@ -123,13 +137,13 @@ class Daemon:
                 raise CmkError(f"cannot watch for kubelet restarts and CPU hotplug: {err.strerror} "
                                "(raise the sysctl fs.inotify.max_user_instances)") from None
             self._watchers.append(watcher)  # stop() stops only what started
-        self._events.put((_CPUS, ""))  # a CPU that changed before the watcher started
+        self._events.put(Wake.CPUS)  # a CPU that changed before the watcher started
         self._thread.start()
 
     def stop(self) -> None:
         """Stop reacting, end every stream, stop serving and remove our sockets."""
         if self._thread.is_alive():
-            self._events.put((_STOP, ""))
+            self._events.put(Wake.STOP)
             self._thread.join()
         for watcher in self._watchers:
             watcher.stop()
@@ -190,10 +204,7 @@ class Daemon:
             server.start()
             self._servers[resource] = server
             registrations.append(Registration(resource, server.socket_path.name, options_message(devices)))
-            self.events.emit("serving", f"serving {resource} on {server.socket_path}: "
-                             f"{len(devices.devices)} devices, {devices.healthy} healthy",
-                             resource=resource, socket=str(server.socket_path), devices=len(devices.devices),
-                             healthy=devices.healthy)
+            self.events.emit(Serving(resource, str(server.socket_path), len(devices.devices), devices.healthy))
         self._registrar = Registrar(self.kubelet_socket, registrations, self.events)
         self._registrar.start()
 
@@ -215,30 +226,32 @@ class Daemon:
 
     def _loop(self) -> None:
         while True:
-            batch = {self._events.get()}
+            batch: set[_Item] = {self._events.get()}
             while True:
                 try:
                     batch.add(self._events.get_nowait())
                 except queue.Empty:
                     break
-            if (_STOP, "") in batch:
+            if Wake.STOP in batch:
                 return
             try:
-                if any(kind == _CPUS for kind, _ in batch):
+                if Wake.CPUS in batch:
                     self._refresh()
-                if any(kind == _KUBELET for kind, _ in batch) and self._kubelet_restarted(batch):
+                if (Wake.KUBELET_SOCKET in batch or any(isinstance(i, SocketGone) for i in batch)) \
+                        and self._kubelet_restarted(batch):
                     self._restart()
             except Exception:  # the daemon must outlive any single bad event
-                log.exception("handling %s failed; waiting for the next event", sorted(batch))
+                log.exception("handling %s failed; waiting for the next event", sorted(map(str, batch)))
 
-    def _kubelet_restarted(self, batch: set[tuple[str, str]]) -> bool:
+    def _kubelet_restarted(self, batch: set[_Item]) -> bool:
         """True when a pool may still be tied to a kubelet that is gone; else at most retry now."""
         ours = {server.socket_path.name: server for server in self._servers.values()}
-        if any(name in ours and not ours[name].socket_is_mine() for _, name in batch):
+        gone = {item.name for item in batch if isinstance(item, SocketGone)}
+        if any(name in ours and not ours[name].socket_is_mine() for name in gone):
             return True
         current = socket_identity(self.kubelet_socket)
         registrar = self._registrar
-        if (_KUBELET, "") not in batch or current is None or registrar is None:
+        if Wake.KUBELET_SOCKET not in batch or current is None or registrar is None:
             return False
         if any(identity != current for identity in registrar.registered_with().values()):
             return True  # registered with the previous kubelet: its streams must end first
@@ -246,8 +259,7 @@ class Daemon:
         return False
 
     def _restart(self) -> None:
-        self.events.emit("kubelet_restart", f"kubelet restart seen: stopping {len(self._servers)} servers, "
-                         "serving anew, registering again", servers=len(self._servers))
+        self.events.emit(KubeletRestart(len(self._servers)))
         self._stop_serving()
         self._serve()
 
@@ -263,9 +275,7 @@ class Daemon:
             if devices == old:
                 continue
             for device_id, healthy in health_changes(old, devices):
-                self.events.emit("health_changed", f"health: {resource} {device_id} is now "
-                                 f"{'Healthy' if healthy else 'Unhealthy (a CPU is offline)'}",
-                                 pool=str(devices.pool), resource=resource, device=device_id,
-                                 cpus=format_cpu_list(devices.devices[device_id].cpus), healthy=healthy)
+                cpus = format_cpu_list(devices.devices[device_id].cpus)
+                self.events.emit(HealthChanged(str(devices.pool), resource, device_id, cpus, healthy))
             self._servers[resource].update(devices)
         self.tree = new

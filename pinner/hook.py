@@ -41,42 +41,13 @@ is deprecated; ``createContainer`` and ``startContainer`` run in the
 container's mount namespace, where the host path of this binary and the
 host's cgroup mounts are not visible.
 
-Exit statuses:
-
-====  ====================================================================
-  0   confined, or ``--help``
-  2   usage: unknown option or argument
-  3   the OCI state on stdin is unreadable, not JSON, or lacks pid/bundle
-  4   the container's config.json is unreadable, not JSON, or malformed
-  5   no trusted CPUs: no ``--cpus``, or config.json's ``hooks.createRuntime``
-      lacks this hook's ``cmk hook --cpus=LIST`` entry
-  6   a ``--cpus`` value (this hook's, or another ``cmk hook`` entry's) is not a
-      cpu list, or such an entry has an unknown option
-  7   the container's process is gone
-  8   no cpuset cgroup for the process (not in /proc/PID/cgroup, not mounted,
-      directory missing, or the cpuset controller not enabled)
-  9   some CPUs are outside the parent cgroup's effective CPUs
- 10   the cgroup's cpuset.cpus could not be read or written
- 11   the kernel refused the affinity
-====  ====================================================================
+Its exit statuses and help are ``HookExit`` and ``HOOK_HELP`` in
+``pinner/contract.py``, beside ``cmk isolate``'s.
 """
 
-PROG = "cmk hook"
 #: The command line the CDI spec gives the runtime (argv[0] first, as OCI hooks take it), before ``--cpus``.
 ARGS = ("cmk", "hook")
 CPUS_OPTION = "--cpus"
-
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_STATE = 3
-EXIT_CONFIG = 4
-EXIT_NO_CPUS = 5
-EXIT_MALFORMED = 6
-EXIT_GONE = 7
-EXIT_NO_CGROUP = 8
-EXIT_OUTSIDE = 9
-EXIT_CGROUP_WRITE = 10
-EXIT_AFFINITY = 11
 
 #: The largest state, config.json or procfs file read; real ones are a few KiB.
 MAX_JSON_BYTES = 16 * 1024 * 1024
@@ -93,34 +64,3 @@ NO_CPUS_HINT = (
 def command_line(cpus: str) -> list[str]:
     """The hook's argv in a CDI device's edits: ``cmk hook --cpus=1,9``."""
     return [*ARGS, f"{CPUS_OPTION}={cpus}"]
-
-
-HELP = """\
-usage: cmk hook --cpus=LIST [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE
-
-An OCI createRuntime hook, added by the cmk.intel.com/cpus CDI devices the
-device plugin writes (one per core or slot pool, each with its CPUs in
---cpus). It reads the container's state (pid, bundle) on stdin and its
-config.json from the bundle, takes the union of the --cpus of every
-'cmk hook' entry in config.json's hooks.createRuntime (this one's included),
-writes them to the container's cpuset cgroup (v1 or v2) and sets the
-affinity of its init process. The container's env is never read. Any
-failure is one line on stderr and a non-zero status, so the runtime refuses
-to start the container.
-
-options:
-  --cpus=LIST         the CPUs of the CDI device that added this hook
-  --proc-root=DIR     procfs to read /proc/PID/cgroup, /proc/PID/task and
-                      /proc/self/mountinfo from (default: /proc)
-  --cgroup-root=DIR   where the cpuset hierarchy (v1) or the unified one (v2)
-                      is mounted, instead of finding it in mountinfo
-  -h, --help          show this help
-
-exit statuses:
-    2  usage error             3  bad OCI state on stdin
-    4  bad config.json         5  no trusted CPUs (no --cpus, or not in config.json)
-    6  a --cpus value is not a cpu list
-    7  the container's process is gone
-    8  no cpuset cgroup found  9  CPUs outside the parent cgroup's
-   10  cpuset.cpus not writable  11  affinity refused
-"""

@@ -1,19 +1,6 @@
 """``cmk probe``: exit 0 only when the daemon's device-plugin sockets answer.
 
-The DaemonSet's startup, readiness and liveness probe (an exec probe in the
-daemon's own container). It dials every socket the daemon names
-(``cmk-<resource>.sock``) that exists in the kubelet's device-plugin
-directory and calls ``GetDevicePluginOptions`` -- the very call the kubelet
-makes while registering a plugin -- and needs at least one. The kubelet
-deletes every plugin socket when it restarts, so sockets that answer also
-mean the daemon re-bound (and re-registered) after the last kubelet restart;
-a crashed daemon's leftover socket refuses, and hung servers miss the deadline.
-
-It does not plan the pools again. A plan made now can differ from the one
-the daemon serves: an isolated core whose CPUs went offline vanishes from
-the kernel's topology, so a re-plan would fail, the kubelet would restart a
-daemon that is rightly reporting those devices Unhealthy, and the restarted
-daemon would fail the same way: a crash loop taking every pool off the node.
+Why it works this way: ``docs/probe.md``.
 """
 
 from __future__ import annotations

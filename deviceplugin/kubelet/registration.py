@@ -8,7 +8,6 @@ the daemon can tell a new kubelet from the one it already serves.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ import grpc
 from api.constants import API_VERSION
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.events import Events
+from deviceplugin.events import Events, Registered, RegisterFailed
 
 FIRST_DELAY = 0.05
 MAX_DELAY = 5.0
@@ -104,12 +103,8 @@ class Registrar:
                 register(self._kubelet_socket, registration)
             except grpc.RpcError as err:
                 if not complained:  # one line per outage, not one per retry
-                    self._events.emit(
-                        "register_failed",
-                        f"cannot register {registration.resource} at {self._kubelet_socket} "
-                        f"({err.code().name}: {err.details()}); retrying with backoff up to {MAX_DELAY:.0f} s",
-                        level=logging.WARNING, resource=registration.resource,
-                        kubelet_socket=str(self._kubelet_socket), code=err.code().name, details=err.details())
+                    self._events.emit(RegisterFailed(registration.resource, str(self._kubelet_socket),
+                                                     err.code().name, err.details(), MAX_DELAY))
                     complained = True
                 self._wake.wait(delay)
                 self._wake.clear()
@@ -122,7 +117,4 @@ class Registrar:
                 self._pending.pop(0)
                 self._registered[registration.resource] = identity
             preferred = registration.options.get_preferred_allocation_available
-            self._events.emit("registered", f"registered {registration.resource} with the kubelet "
-                              f"(endpoint {registration.endpoint}, preferred allocation {'on' if preferred else 'off'})",
-                              resource=registration.resource, endpoint=registration.endpoint,
-                              preferred_allocation=preferred)
+            self._events.emit(Registered(registration.resource, registration.endpoint, preferred))

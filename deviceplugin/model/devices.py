@@ -4,27 +4,7 @@ A snapshot is a *device tree* (resource name -> :class:`PoolDevices`), built
 from the pool plan and the set of online CPUs. The daemon rebuilds it when
 CPUs go offline or online and diffs it against the one it serves.
 
-Device IDs are derived from the topology alone, so they survive daemon
-restarts, upgrades and kubelet restarts (the kubelet's checkpoint names them):
-
-- core pools (``exclusive``, ``exclusive-non-isolcpus``): one device per
-  physical core, named ``cpus-`` + the core's CPUs as a kernel cpu list with
-  ``,`` written as ``.``: ``cpus-0.8`` (threads 0 and 8), ``cpus-4-7`` (an
-  SMT4 core holding 4 to 7). A person reading ``kubectl`` or pod resources
-  output sees which CPUs a container holds. A core whose name would exceed
-  63 characters (never seen on real machines) is named ``cpus-<first CPU>``,
-  still unique because every CPU belongs to one core.
-- slot pools (``shared``, ``infra``): ``shared-000`` ... ``shared-109``
-  (zero-padded to at least three digits so they sort as numbers).
-
-Every ID is at most 63 characters and a valid CDI device name
-(``[A-Za-z0-9][A-Za-z0-9_.:-]*``): a later CDI spec names devices after them.
-A core that had an offline thread when the daemon started is named by its
-online threads: the kernel shows no placement for offline CPUs.
-
-Health: a device is Unhealthy while any of its CPUs is offline. A slot's
-CPUs are the whole pool's, so one offline CPU makes every slot of its pool
-Unhealthy: a container admitted then would be told a CPU set it cannot use.
+Why it works this way: ``docs/device-model.md``.
 """
 
 from __future__ import annotations
