@@ -19,13 +19,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 class BuildPyWithPinner(build_py):
     def run(self) -> None:
         super().run()
-        from pinner.build import BuildError, build
+        from pinner.build import DEFAULT_OUTPUT, BuildError, build
 
-        output = Path(self.build_lib) / "pinner" / "bin" / "cmk"
+        # An editable install imports pinner from the source tree, where cmk install looks for the binary;
+        # build_lib is then a temporary directory pip throws away.
+        output = DEFAULT_OUTPUT if self.editable_mode else Path(self.build_lib) / "pinner" / "bin" / "cmk"
         try:
             compiler, _ = build(output)
         except BuildError as err:
-            print(f"warning: the self-contained pinner was not built: {err}", file=sys.stderr)
+            print(f"warning: the self-contained pinner was not built, so 'cmk install' will fail: {err}",
+                  file=sys.stderr)
         else:
             print(f"built {output} with {compiler}")
 

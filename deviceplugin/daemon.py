@@ -1,44 +1,6 @@
 """The supervisor: plans the pools once, serves each as a device plugin, and reacts to events.
 
-Like Intel's device plugin framework, the concrete part produces a snapshot
-device tree (:func:`deviceplugin.model.devices.device_tree`) and the supervisor
-diffs it against what it serves. The set of resources is fixed by the plan
-made at start (device IDs must not move under the kubelet's checkpoint), so
-later snapshots differ only in health and in withheld cores: the supervisor
-pushes them to the running servers, which stream them to the kubelet.
-
-Before serving (at start and after each kubelet restart) it reads pod
-resources: a core the kubelet still holds under an ID of an older release,
-or in a pool the plan has moved it out of, is withheld from every pool
-(:mod:`deviceplugin.model.withheld`) and pod resources is re-read every
-``held_recheck`` seconds until the holder is gone.
-
-Every event goes through one queue and one thread, coalesced in batches, so
-a burst (the kubelet deleting four sockets, then creating ``kubelet.sock``;
-several sysfs files changing for one CPU) costs one reaction:
-
-- CPU changed: re-read the topology, rebuild the tree, push what changed.
-- kubelet restarted (one of our sockets gone, or ``kubelet.sock`` created
-  while a pool is still registered with an older one): stop every server
-  (their streams end first), serve anew, register again. A new
-  ``kubelet.sock`` that no pool has registered with yet only cuts the
-  registrar's backoff short, so one kubelet restart (sockets deleted, then
-  ``kubelet.sock`` created) costs exactly one re-registration per pool.
-- a stream lost while the kubelet stays up (it ended the stream: a broken
-  connection, a failed re-registration): the kubelet never dials back, so
-  that pool registers again with the same server, unless a newer stream has
-  opened since (one re-registration per lost stream, never two live ones).
-- the plugin directory deleted and recreated (a hostPath re-made under the
-  pod): checked every :data:`DIR_CHECK_SECONDS`; watch, lock and serve anew.
-
-Files: the daemon takes the node lock (:mod:`deviceplugin.host.nodelock`)
-before it writes anything, so it only ever replaces or deletes its own files.
-The CDI spec is written at start and never removed by the daemon: the kubelet
-replays cached Allocate answers, CDI names included, at every container
-restart, also while the daemon is away or being upgraded. It carries a device
-for every core of the node and every slot pool, served now or not, and keeps
-the devices the spec on disk had, so no plan change can leave a checkpointed
-name unresolvable; ``cmk uninstall`` removes it.
+Why it works this way: ``docs/daemon.md``.
 """
 
 from __future__ import annotations
@@ -48,6 +10,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from api.constants import (
@@ -57,7 +20,16 @@ from api.constants import (
     validate_resource_name,
 )
 from deviceplugin.errors import CmkError
-from deviceplugin.events import Events
+from deviceplugin.events import (
+    CoreReleased,
+    CoreWithheld,
+    Events,
+    HealthChanged,
+    KubeletRestart,
+    PluginDirReplaced,
+    Serving,
+    StreamLost,
+)
 from deviceplugin.host import cdi
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR
 from deviceplugin.host.nodelock import NodeLock
@@ -83,7 +55,24 @@ from pinner.cpulist import format_cpu_list
 
 log = logging.getLogger(__name__)
 
-_CPUS, _KUBELET, _STREAM, _TICK, _STOP, _HELD = "cpus", "kubelet", "stream", "tick", "stop", "held"
+class Wake(Enum):
+    """What the supervisor's queue carries; a deleted socket carries its name as :class:`SocketGone`."""
+
+    CPUS = "a CPU changed"
+    KUBELET_SOCKET = "kubelet.sock created"
+    STREAM = "a ListAndWatch stream ended"
+    TICK = "the plugin directory check is due"
+    HELD = "the pod resources re-read is due"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class SocketGone:
+    name: str
+
+
+_Item = Wake | SocketGone
+
 #: How often the supervisor checks that the plugin directory is still the one it watches.
 DIR_CHECK_SECONDS = 1.0
 
@@ -137,7 +126,7 @@ class Daemon:
         self.kubelet_socket = settings.kubelet_dir / KUBELET_SOCKET_NAME
         self._servers: dict[str, PoolServer] = {}
         self._registrar: Registrar | None = None
-        self._events: queue.Queue[tuple[str, str]] = queue.Queue()
+        self._events: queue.Queue[_Item] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="cmk-supervisor", daemon=True)
         self._watchers: list[PluginDirWatcher | CpuWatcher] = []
         self._dir_watcher: PluginDirWatcher | None = None
@@ -165,14 +154,14 @@ class Daemon:
         self._write_cdi_spec()  # before serving: an Allocate answer may name its devices at once
         self._serve()
         self._start_watcher(self._plugin_dir_watcher())
-        self._start_watcher(cpu_watcher(self.settings.sysfs_root, lambda: self._events.put((_CPUS, ""))))
-        self._events.put((_CPUS, ""))  # a CPU that changed before the watcher started
+        self._start_watcher(cpu_watcher(self.settings.sysfs_root, lambda: self._events.put(Wake.CPUS)))
+        self._events.put(Wake.CPUS)  # a CPU that changed before the watcher started
         self._thread.start()
 
     def _plugin_dir_watcher(self) -> PluginDirWatcher:
         watcher = PluginDirWatcher(self.settings.kubelet_dir, kubelet_socket_name=KUBELET_SOCKET_NAME,
-                                   on_kubelet=lambda: self._events.put((_KUBELET, "")),
-                                   on_deleted=lambda name: self._events.put((_KUBELET, name)))
+                                   on_kubelet=lambda: self._events.put(Wake.KUBELET_SOCKET),
+                                   on_deleted=lambda name: self._events.put(SocketGone(name)))
         self._dir_watcher = watcher
         return watcher
 
@@ -187,7 +176,7 @@ class Daemon:
     def stop(self) -> None:
         """Stop reacting, end every stream, stop serving and remove our sockets; the CDI spec stays."""
         if self._thread.is_alive():
-            self._events.put((_STOP, ""))
+            self._events.put(Wake.STOP)
             self._thread.join()
         for watcher in self._watchers:
             watcher.stop()
@@ -251,10 +240,7 @@ class Daemon:
             server.start()
             self._servers[resource] = server
             registrations.append(Registration(resource, server.socket_path.name, options_message(devices)))
-            self.events.emit("serving", f"serving {resource} on {server.socket_path}: "
-                             f"{len(devices.devices)} devices, {devices.healthy} healthy",
-                             resource=resource, socket=str(server.socket_path), devices=len(devices.devices),
-                             healthy=devices.healthy)
+            self.events.emit(Serving(resource, str(server.socket_path), len(devices.devices), devices.healthy))
         servers = dict(self._servers)
         self._registrar = Registrar(self.kubelet_socket, registrations, self.events,
                                     served=lambda resource: servers[resource].socket_is_mine())
@@ -280,55 +266,57 @@ class Daemon:
         """From a server's worker thread: the kubelet ended ``stream`` (its number on that server)."""
         with self._lost_lock:
             self._lost.append((server, stream))
-        self._events.put((_STREAM, server.resource))
+        self._events.put(Wake.STREAM)
 
     # --- events ---------------------------------------------------------------------------
 
-    def _next_event(self) -> tuple[str, str]:
+    def _next_event(self) -> _Item:
         """The next event; a tick at least every :data:`DIR_CHECK_SECONDS` (the plugin directory check)
         and, while a core is withheld, a re-read of pod resources every ``held_recheck`` s."""
         if self.withheld and time.monotonic() >= self._held_due:
-            return (_HELD, "")
+            return Wake.HELD
         timeout = DIR_CHECK_SECONDS
         if self.withheld:
             timeout = min(timeout, max(0.0, self._held_due - time.monotonic()))
         try:
             return self._events.get(timeout=timeout)
         except queue.Empty:
-            return (_TICK, "")
+            return Wake.TICK
 
     def _loop(self) -> None:
         while True:
-            batch = {self._next_event()}
+            batch: set[_Item] = {self._next_event()}
             while True:
                 try:
                     batch.add(self._events.get_nowait())
                 except queue.Empty:
                     break
-            if (_STOP, "") in batch:
+            if Wake.STOP in batch:
                 return
             try:
-                if (_HELD, "") in batch:
+                if Wake.HELD in batch:
                     self._learn_held()
-                if any(kind == _CPUS for kind, _ in batch):
+                if Wake.CPUS in batch:
                     self._refresh()
                 if self._plugin_dir_replaced():
                     self._rewatch()
                     self._restart()
-                elif any(kind == _KUBELET for kind, _ in batch) and self._kubelet_restarted(batch):
+                elif (Wake.KUBELET_SOCKET in batch or any(isinstance(i, SocketGone) for i in batch)) \
+                        and self._kubelet_restarted(batch):
                     self._restart()
                 self._register_lost_pools()  # after a restart: the lost streams were the old servers'
             except Exception:  # the daemon must outlive any single bad event
-                log.exception("handling %s failed; waiting for the next event", sorted(batch))
+                log.exception("handling %s failed; waiting for the next event", sorted(map(str, batch)))
 
-    def _kubelet_restarted(self, batch: set[tuple[str, str]]) -> bool:
+    def _kubelet_restarted(self, batch: set[_Item]) -> bool:
         """True when a pool may still be tied to a kubelet that is gone; else at most retry now."""
         ours = {server.socket_path.name: server for server in self._servers.values()}
-        if any(name in ours and not ours[name].socket_is_mine() for _, name in batch):
+        gone = {item.name for item in batch if isinstance(item, SocketGone)}
+        if any(name in ours and not ours[name].socket_is_mine() for name in gone):
             return True
         current = socket_identity(self.kubelet_socket)
         registrar = self._registrar
-        if (_KUBELET, "") not in batch or current is None or registrar is None:
+        if Wake.KUBELET_SOCKET not in batch or current is None or registrar is None:
             return False
         if any(identity != current for identity in registrar.registered_with().values()):
             return True  # registered with the previous kubelet: its streams must end first
@@ -345,8 +333,7 @@ class Daemon:
             if server.opened != stream or server.streaming:
                 continue  # the kubelet opened a newer stream: registered already
             if registrar.again(server.resource):
-                self.events.emit("stream_lost", f"the kubelet ended the ListAndWatch stream of {server.resource} "
-                                 "and will not dial back: registering it again", resource=server.resource)
+                self.events.emit(StreamLost(server.resource))
 
     def _plugin_dir_replaced(self) -> bool:
         """The directory we watch and lock is gone and a new one is in its place (hostPath re-made)."""
@@ -355,8 +342,7 @@ class Daemon:
 
     def _rewatch(self) -> None:
         """Watch and lock the new directory; the sockets and the lock file went with the old one."""
-        self.events.emit("plugin_dir_replaced", f"{self.settings.kubelet_dir} was deleted and created again: "
-                         "locking, watching and serving the new one", directory=str(self.settings.kubelet_dir))
+        self.events.emit(PluginDirReplaced(str(self.settings.kubelet_dir)))
         self._dir_identity = socket_identity(self.settings.kubelet_dir)
         if self._dir_watcher is not None:
             self._dir_watcher.stop()
@@ -366,8 +352,7 @@ class Daemon:
         self._lock.acquire()
 
     def _restart(self) -> None:
-        self.events.emit("kubelet_restart", f"kubelet restart seen: stopping {len(self._servers)} servers, "
-                         "serving anew, registering again", servers=len(self._servers))
+        self.events.emit(KubeletRestart(len(self._servers)))
         self._stop_serving()
         self._serve()
 
@@ -386,10 +371,8 @@ class Daemon:
             if devices == old:
                 continue
             for device_id, healthy in health_changes(old, devices):
-                self.events.emit("health_changed", f"health: {resource} {device_id} is now "
-                                 f"{'Healthy' if healthy else 'Unhealthy (a CPU is offline)'}",
-                                 pool=str(devices.pool), resource=resource, device=device_id,
-                                 cpus=format_cpu_list(devices.devices[device_id].cpus), healthy=healthy)
+                cpus = format_cpu_list(devices.devices[device_id].cpus)
+                self.events.emit(HealthChanged(str(devices.pool), resource, device_id, cpus, healthy))
             if resource in self._servers:
                 self._servers[resource].update(devices)
         self.tree = new
@@ -432,11 +415,10 @@ class Daemon:
         new = {w.core: w for w in holds.withheld}
         for core in new.keys() - old.keys():
             w = new[core]
-            self.events.emit("core_withheld", w.message, level=logging.WARNING, core=format_cpu_list(core.cpus),
-                             pool=str(w.planned), resource=w.resource, device=w.device_id, reason=w.reason)
+            self.events.emit(CoreWithheld(format_cpu_list(core.cpus), str(w.planned), w.resource, w.device_id,
+                                          w.reason))
         for core in old.keys() - new.keys():
-            self.events.emit("core_released", f"core {core} is free at the kubelet: back in {old[core].planned}",
-                             core=format_cpu_list(core.cpus), pool=str(old[core].planned))
+            self.events.emit(CoreReleased(format_cpu_list(core.cpus), str(old[core].planned)))
         self.withheld = holds.withheld
         if new.keys() != old.keys():
             self._push(device_tree(self.plan, self._online, self._withheld_cores()), self._online)

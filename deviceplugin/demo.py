@@ -39,8 +39,8 @@ from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import Topology
 from deviceplugin.standin import AdmittedContainer, ContainerSpec, Kubelet, PodSpec
 from deviceplugin.view import demo as view
+from pinner.contract import IsolateExit
 from pinner.cpulist import format_cpu_list, parse_cpu_list
-from pinner.isolate import EXIT_NOT_ALLOWED
 
 #: The workload's PATH inside the "container" (a common image default).
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -340,7 +340,7 @@ class Demo:
         while _exe(popen.pid) in (None, os.path.realpath(pinner)):
             if popen.poll() is not None:
                 error = popen.stderr.read().decode(errors="replace").strip() if popen.stderr else ""
-                if running.unpinnable and popen.returncode == EXIT_NOT_ALLOWED:
+                if running.unpinnable and popen.returncode == IsolateExit.NOT_ALLOWED:
                     running.refusal = error
                     return
                 raise CmkError(f"container {name}: the pinner {_exit_text(popen.returncode)}: {error or 'no message'}")
@@ -356,7 +356,7 @@ class Demo:
     def _show_processes(self) -> None:
         rows = [["CONTAINER", "PID", "DEVICES", "CPUS (devices)", "AFFINITY (taskset -cp PID, read from /proc)"]]
         for r in self._running:
-            refused = f"none: the pinner refused (exit {EXIT_NOT_ALLOWED}), no workload runs"
+            refused = f"none: the pinner refused (exit {IsolateExit.NOT_ALLOWED}), no workload runs"
             rows.append([r.container.name, "-" if r.refusal else str(r.popen.pid),
                          " ".join(r.admitted.device_ids[r.container.resource]), format_cpu_list(r.cpus),
                          refused if r.refusal else view.affinity_text(r.popen.pid, r.affinity)])

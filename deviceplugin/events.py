@@ -1,42 +1,335 @@
 """The daemon's operator-facing events: each is one log line and one call to every listener.
 
 One seam for both outputs, so a log line and a metric can never disagree
-about what happened: the daemon, its servers and its registrar call
-:meth:`Events.emit`; the log formatter (:mod:`deviceplugin.observe.logs`) renders
-the event name and fields as ``key=value`` or JSON; listeners (the metrics)
-count and time from the same fields.
-
-Events (``event`` field) and their fields:
-
-- ``serving``: resource, socket, devices, healthy
-- ``registered``: resource, endpoint, preferred_allocation
-- ``register_failed`` (warning, once per outage): resource, kubelet_socket, code, details
-- ``kubelet_restart``: servers
-- ``stream_lost``: resource (the kubelet ended its stream; registering it again)
-- ``plugin_dir_replaced``: directory
-- ``health_changed``: pool, resource, device, cpus, healthy
-- ``allocated``: pool, resource, devices, cpus, seconds. The kubelet's Allocate
-  request names no pod or container; ``allocation_resolved`` adds them later.
-- ``allocate_refused`` (warning): pool, resource, devices, error, seconds
-- ``preferred_allocation`` (debug): pool, resource, available, must_include, size, chosen, seconds
-- ``preferred_allocation_refused`` (warning): pool, resource, error, seconds
-- ``allocation_resolved``: pool, resource, devices, cpus, namespace, pod, container
-- ``core_withheld`` (warning): core, pool, resource, device, reason: a core the kubelet
-  still holds under another ID or pool is kept out of every pool; ``core_released``: core, pool
-- ``metrics_serving``: address; ``nfd_written``: path, labels; ``nfd_removed``: path;
-  ``nfd_kept``: path (not the file this daemon wrote)
-- ``config_error`` (error): error
+about what happened: the daemon, its servers and its registrar emit an
+:class:`Event`; the log formatter (:mod:`deviceplugin.observe.logs`) renders
+its name and fields as ``key=value`` or JSON; listeners (the metrics, the
+allocation resolver) match on its type. The classes below are the catalogue:
+an event that is not one of them cannot be emitted.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 log = logging.getLogger("deviceplugin.events")
 
-#: listener(event name, fields); called in the emitting thread, so it must be quick.
-Listener = Callable[[str, Mapping[str, object]], None]
+
+@dataclass(frozen=True)
+class Event:
+    """A name for the ``event`` log field, a level, and a message built from the fields alone."""
+
+    name: ClassVar[str]
+    level: ClassVar[int] = logging.INFO
+
+    @property
+    def message(self) -> str:
+        raise NotImplementedError
+
+    def fields(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Serving(Event):
+    name: ClassVar[str] = "serving"
+    resource: str
+    socket: str
+    devices: int
+    healthy: int
+
+    @property
+    def message(self) -> str:
+        return f"serving {self.resource} on {self.socket}: {self.devices} devices, {self.healthy} healthy"
+
+
+@dataclass(frozen=True)
+class Registered(Event):
+    name: ClassVar[str] = "registered"
+    resource: str
+    endpoint: str
+    preferred_allocation: bool
+
+    @property
+    def message(self) -> str:
+        preferred = "on" if self.preferred_allocation else "off"
+        return f"registered {self.resource} with the kubelet (endpoint {self.endpoint}, preferred allocation {preferred})"
+
+
+@dataclass(frozen=True)
+class RegisterFailed(Event):
+    """Once per outage, not once per retry."""
+
+    name: ClassVar[str] = "register_failed"
+    level: ClassVar[int] = logging.WARNING
+    resource: str
+    kubelet_socket: str
+    code: str
+    details: str
+    max_delay: float
+
+    @property
+    def message(self) -> str:
+        return (f"cannot register {self.resource} at {self.kubelet_socket} ({self.code}: {self.details}); "
+                f"retrying with backoff up to {self.max_delay:.0f} s")
+
+
+@dataclass(frozen=True)
+class KubeletRestart(Event):
+    name: ClassVar[str] = "kubelet_restart"
+    servers: int
+
+    @property
+    def message(self) -> str:
+        return f"kubelet restart seen: stopping {self.servers} servers, serving anew, registering again"
+
+
+@dataclass(frozen=True)
+class HealthChanged(Event):
+    name: ClassVar[str] = "health_changed"
+    pool: str
+    resource: str
+    device: str
+    cpus: str
+    healthy: bool
+
+    @property
+    def message(self) -> str:
+        state = "Healthy" if self.healthy else "Unhealthy (a CPU is offline)"
+        return f"health: {self.resource} {self.device} is now {state}"
+
+
+@dataclass(frozen=True)
+class Allocated(Event):
+    """The kubelet's Allocate request names no pod or container; :class:`AllocationResolved` adds them later."""
+
+    name: ClassVar[str] = "allocated"
+    pool: str
+    resource: str
+    devices: tuple[str, ...]
+    cpus: str
+    seconds: float
+
+    @property
+    def message(self) -> str:
+        return f"allocated {self.resource} {','.join(self.devices)}: CPUs {self.cpus}"
+
+
+@dataclass(frozen=True)
+class AllocateRefused(Event):
+    name: ClassVar[str] = "allocate_refused"
+    level: ClassVar[int] = logging.WARNING
+    pool: str
+    resource: str
+    devices: tuple[str, ...]
+    error: str
+    seconds: float
+
+    @property
+    def message(self) -> str:
+        return f"refused allocation: {self.error}"
+
+
+@dataclass(frozen=True)
+class PreferredAllocation(Event):
+    name: ClassVar[str] = "preferred_allocation"
+    level: ClassVar[int] = logging.DEBUG
+    pool: str
+    resource: str
+    available: tuple[str, ...]
+    must_include: tuple[str, ...]
+    size: int
+    chosen: tuple[str, ...]
+    seconds: float
+
+    @property
+    def message(self) -> str:
+        return f"preferred {' '.join(self.chosen)} for {self.resource}"
+
+
+@dataclass(frozen=True)
+class PreferredAllocationRefused(Event):
+    name: ClassVar[str] = "preferred_allocation_refused"
+    level: ClassVar[int] = logging.WARNING
+    pool: str
+    resource: str
+    error: str
+    seconds: float
+
+    @property
+    def message(self) -> str:
+        return f"refused preferred allocation: {self.error}"
+
+
+@dataclass(frozen=True)
+class AllocationResolved(Event):
+    name: ClassVar[str] = "allocation_resolved"
+    pool: str
+    resource: str
+    devices: tuple[str, ...]
+    cpus: str
+    namespace: str
+    pod: str
+    container: str
+
+    @property
+    def message(self) -> str:
+        return (f"{self.resource} {','.join(self.devices)} (CPUs {self.cpus}) held by "
+                f"{self.namespace}/{self.pod} container {self.container}")
+
+
+@dataclass(frozen=True)
+class MetricsServing(Event):
+    name: ClassVar[str] = "metrics_serving"
+    address: str
+
+    @property
+    def message(self) -> str:
+        return f"serving metrics at http://{self.address}/metrics"
+
+
+@dataclass(frozen=True)
+class NfdWritten(Event):
+    name: ClassVar[str] = "nfd_written"
+    path: str
+    labels: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return f"wrote NFD labels to {self.path}"
+
+
+@dataclass(frozen=True)
+class NfdRemoved(Event):
+    name: ClassVar[str] = "nfd_removed"
+    path: str
+
+    @property
+    def message(self) -> str:
+        return f"removed {self.path}"
+
+
+@dataclass(frozen=True)
+class NfdRemoveFailed(Event):
+    name: ClassVar[str] = "nfd_remove_failed"
+    level: ClassVar[int] = logging.WARNING
+    path: str
+    error: str
+
+    @property
+    def message(self) -> str:
+        return f"cannot remove {self.path}: {self.error}"
+
+
+@dataclass(frozen=True)
+class ConfigError(Event):
+    name: ClassVar[str] = "config_error"
+    level: ClassVar[int] = logging.ERROR
+    error: str
+
+    @property
+    def message(self) -> str:
+        return self.error
+
+
+@dataclass(frozen=True)
+class StreamLost(Event):
+    """The kubelet ended a pool's ListAndWatch stream and will not dial back: registering it again."""
+
+    name: ClassVar[str] = "stream_lost"
+    resource: str
+
+    @property
+    def message(self) -> str:
+        return (f"the kubelet ended the ListAndWatch stream of {self.resource} "
+                "and will not dial back: registering it again")
+
+
+@dataclass(frozen=True)
+class PluginDirReplaced(Event):
+    name: ClassVar[str] = "plugin_dir_replaced"
+    directory: str
+
+    @property
+    def message(self) -> str:
+        return f"{self.directory} was deleted and created again: locking, watching and serving the new one"
+
+
+@dataclass(frozen=True)
+class CoreWithheld(Event):
+    """A core the kubelet still holds under another ID or pool is kept out of every pool."""
+
+    name: ClassVar[str] = "core_withheld"
+    level: ClassVar[int] = logging.WARNING
+    core: str
+    pool: str
+    resource: str
+    device: str
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return (f"core {{{self.core}}} withheld from {self.pool}: {self.resource} {self.device} is still "
+                f"held ({self.reason}); it rejoins {self.pool} once the kubelet frees it")
+
+
+@dataclass(frozen=True)
+class CoreReleased(Event):
+    name: ClassVar[str] = "core_released"
+    core: str
+    pool: str
+
+    @property
+    def message(self) -> str:
+        return f"core {{{self.core}}} is free at the kubelet: back in {self.pool}"
+
+
+@dataclass(frozen=True)
+class NfdKept(Event):
+    """Not the file this daemon wrote (another daemon's, since): left alone."""
+
+    name: ClassVar[str] = "nfd_kept"
+    path: str
+
+    @property
+    def message(self) -> str:
+        return f"left {self.path} alone: it is not the file this daemon wrote"
+
+
+@dataclass(frozen=True)
+class ConfigRefused(Event):
+    """The config or its plan is bad: the daemon serves the last good plan instead (``cmk_config_fallback``)."""
+
+    name: ClassVar[str] = "config_refused"
+    level: ClassVar[int] = logging.ERROR
+    source: str
+    error: str
+    last_good: str
+
+    @property
+    def message(self) -> str:
+        return (f"refused {self.source}: {self.error}; serving the last good plan from {self.last_good} "
+                "instead: fix the config and roll out again")
+
+
+@dataclass(frozen=True)
+class LastGoodPlanUnsaved(Event):
+    name: ClassVar[str] = "last_good_plan_unsaved"
+    level: ClassVar[int] = logging.WARNING
+    directory: str
+    error: str
+
+    @property
+    def message(self) -> str:
+        return (f"cannot remember the plan in {self.directory}: {self.error}; "
+                "a later bad config would then stop the pools")
+
+
+#: Called in the emitting thread, so it must be quick; match on the event's type.
+Listener = Callable[[Event], None]
 
 
 class Events:
@@ -48,10 +341,10 @@ class Events:
     def listen(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def emit(self, event: str, message: str, *, level: int = logging.INFO, **fields: object) -> None:
-        log.log(level, message, extra={"event": event, "fields": fields})
+    def emit(self, event: Event) -> None:
+        log.log(event.level, event.message, extra={"event": event.name, "fields": event.fields()})
         for listener in self._listeners:
             try:
-                listener(event, fields)
+                listener(event)
             except Exception:  # a broken listener must not fail an Allocate
-                log.exception("event listener failed on %s", event)
+                log.exception("event listener failed on %s", event.name)

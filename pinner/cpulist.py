@@ -11,56 +11,81 @@ trailing newline or NUL bytes, and an empty file means "no CPUs".
 
 from __future__ import annotations
 
+import sys
+
+from pinner.contract import MAX_CPUS
+
 TYPE_CHECKING = False  # typing's own import would slow the pinner's start
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-MAX_CPU = 1 << 16  # far above any real machine; guards against "0-999999999"
-
 
 class CpuListError(ValueError):
-    """A cpu list or mask that does not follow the kernel's syntax."""
+    """A cpu list or mask that does not follow the kernel's syntax; ``detail`` is the reason alone."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail or message
+
+
+def shown(text: str | bytes) -> str:
+    """User-supplied text made safe for a one-line message: non-printable bytes become '?'.
+
+    Works on the bytes (as the environment holds them) so Python and C replace
+    exactly the same characters.
+    """
+    raw = text.encode(sys.getfilesystemencoding(), "surrogateescape") if isinstance(text, str) else text
+    return "".join(chr(b) if 0x20 <= b < 0x7F else "?" for b in raw)
 
 
 def _clean(text: str) -> str:
     return text.replace("\x00", "").strip()
 
 
+def _malformed(text: str, detail: str) -> CpuListError:
+    return CpuListError(f"malformed cpu list {text!r}: {detail}", detail)
+
+
 def _number(token: str, text: str) -> int:
-    if not token.isdigit():
-        raise CpuListError(f"malformed cpu list {text!r}: {token!r} is not a CPU number")
+    # ASCII only (str.isdigit() takes "²" and "٣"), and at most 9 digits, as the C pinner reads them
+    if not token or len(token) > 9 or not (token.isascii() and token.isdigit()):
+        raise _malformed(text, f"'{shown(token)}' is not a CPU number")
     value = int(token)
-    if value >= MAX_CPU:
-        raise CpuListError(f"malformed cpu list {text!r}: CPU {value} is out of range")
+    if value >= MAX_CPUS:
+        raise _malformed(text, f"CPU {value} is out of range (0-{MAX_CPUS - 1})")
     return value
 
 
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """Parse ``0-3,8,10-15:2/4`` into a set of CPU numbers."""
-    body = _clean(text)
-    if not body:
+def parse_cpu_list(text: str, *, env: bool = False) -> frozenset[int]:
+    """Parse ``0-3,8,10-15:2/4`` into a set of CPU numbers.
+
+    ``env=True`` takes only what both pinners accept in a ``CMK_CPUS_*``
+    variable: ``N`` and ``N-M`` separated by commas, no padding, no strides,
+    not empty.
+    """
+    body = text if env else _clean(text)
+    if not body and not env:
         return frozenset()
     cpus: set[int] = set()
     for group in body.split(","):
-        group = group.strip()
+        if not env:
+            group = group.strip()
         if not group:
-            raise CpuListError(f"malformed cpu list {text!r}: empty entry between commas")
-        span, _, stride = group.partition(":")
+            raise _malformed(text, "empty entry between commas")
+        span, stride = (group, "") if env else group.partition(":")[::2]
         first_s, dash, last_s = span.partition("-")
-        first = _number(first_s.strip(), text)
-        last = _number(last_s.strip(), text) if dash else first
+        first = _number(first_s if env else first_s.strip(), text)
+        last = _number(last_s if env else last_s.strip(), text) if dash else first
         if last < first:
-            raise CpuListError(f"malformed cpu list {text!r}: range {span!r} runs backwards")
+            raise _malformed(text, f"range '{shown(span)}' runs backwards")
         used, group_size = 1, 1
         if stride:
             used_s, slash, size_s = stride.partition("/")
             if not slash:
-                raise CpuListError(f"malformed cpu list {text!r}: stride {stride!r} needs USED/GROUP")
+                raise _malformed(text, f"stride '{shown(stride)}' needs USED/GROUP")
             used, group_size = _number(used_s.strip(), text), _number(size_s.strip(), text)
             if used == 0 or group_size == 0 or used > group_size:
-                raise CpuListError(
-                    f"malformed cpu list {text!r}: stride {stride!r} needs 0 < USED <= GROUP"
-                )
+                raise _malformed(text, f"stride '{shown(stride)}' needs 0 < USED <= GROUP")
         for start in range(first, last + 1, group_size):
             cpus.update(range(start, min(start + used, last + 1)))
     return frozenset(cpus)

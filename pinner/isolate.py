@@ -1,152 +1,40 @@
 """``cmk isolate``: confine a command to the CPUs of one pool, then become it.
 
-The device plugin's Allocate answer puts the container's CPUs in its env
-(``CMK_CPUS_EXCLUSIVE``, ``CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS``, ``CMK_CPUS_SHARED``,
-``CMK_CPUS_INFRA``). This reads the chosen pool's list, checks the container
-may use those CPUs, sets the affinity, exports ``CMK_CPUS_ASSIGNED`` and
-``CMK_CPUS_ASSIGNED_MASK`` and execs the command in place, so no wrapper stays
-behind: the workload keeps the pinner's PID (PID 1 in a container) and gets
-the pod's SIGTERM directly.
-
-This module imports only the interpreter's built-in ``errno``, ``posix`` and
-``sys`` (not ``os``: its import alone costs about 10% of a bare ``python3 -I -S``
-start) and nothing else from its package; ``pinner/cmk_isolate.py`` runs it
-under ``python3 -I -S`` at interpreter speed.
-
-Which CPUs "this container may use" means its cpuset, not the affinity it was
-started with: since Linux 6.2 a task joining a cpuset keeps the affinity it
-inherited, so unless the runtime resets it (runc 1.3.1+, crun 1.10+) a
-container starts with the runtime's affinity, which on an isolcpus node is the
-housekeeping CPUs and excludes the very CPUs of the exclusive pool. A task may
-always widen its own affinity within its cpuset, so the pinner asks the kernel:
-it requests every CPU, and the kernel answers with the ones the cpuset allows.
-
-``pinner/native/cmk.c`` is the same program in C for images without Python;
-``pinner/build.py`` generates its exit statuses, pool table, error texts and
-help from the constants below, and one test table checks that both give the
-same messages and statuses.
-
-Exit statuses (the workload's own status once the exec succeeded):
-
-====  =======================================================================
-  0   ``--help``
-  2   usage: unknown option, missing ``--pool`` or COMMAND, bad ``--socket-id``
-  3   unknown pool
-  4   the pool's variable is unset or empty: the container holds no such CPUs
-  5   the pool's variable is not a cpu list
-  6   some of the pool's CPUs are not allowed in this container (its cpuset)
-  7   ``--socket-id``: no pool CPU on that socket, or sysfs unreadable
-  8   the kernel refused the affinity, or set another one than asked
-126   COMMAND found but not executable (as shells do)
-127   COMMAND not found (as shells do)
-====  =======================================================================
+Why it works this way: ``docs/pinner.md``.
 """
 
 import errno
 import posix
 import sys
 
-from pinner.cpulist import format_cpu_list, format_cpu_mask
+from pinner.contract import (
+    DEFAULT_PATH,
+    DEFAULT_SYSFS_ROOT,
+    ENV_ASSIGNED,
+    ENV_ASSIGNED_MASK,
+    ENV_SYSFS_ROOT,
+    ERRNO_TEXT,
+    ISOLATE_HELP,
+    ISOLATE_PROG,
+    LIST_HINT,
+    MAX_CPUS,
+    MAX_NUMBER_FILE_BYTES,
+    NOT_REGULAR_TEXT,
+    POOL_NAMES,
+    POOLS,
+    SYMLINK_TEXT,
+    IsolateExit,
+)
+from pinner.cpulist import (
+    CpuListError,
+    format_cpu_list,
+    format_cpu_mask,
+    parse_cpu_list,
+    shown,
+)
 
-PROG = "cmk isolate"
-
-EXIT_HELP = 0
-EXIT_USAGE = 2
-EXIT_UNKNOWN_POOL = 3
-EXIT_NO_CPUS = 4
-EXIT_MALFORMED = 5
-EXIT_NOT_ALLOWED = 6
-EXIT_SOCKET = 7
-EXIT_AFFINITY = 8
-EXIT_NOT_EXECUTABLE = 126
-EXIT_NOT_FOUND = 127
-
-# pool -> (env variable, extended resource, honours --socket-id as CMK did). The contract with the
-# device plugin: deviceplugin.model.plan and deviceplugin.model.answers take resource and env names from here.
-POOLS = {
-    "exclusive": ("CMK_CPUS_EXCLUSIVE", "cmk.intel.com/exclusive-cores", True),
-    "exclusive-non-isolcpus": (
-        "CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS",
-        "cmk.intel.com/exclusive-non-isolcpus-cores",
-        True,
-    ),
-    "shared": ("CMK_CPUS_SHARED", "cmk.intel.com/shared", True),
-    "infra": ("CMK_CPUS_INFRA", "cmk.intel.com/infra", False),
-}
-POOL_NAMES = ", ".join(POOLS)
-
-MAX_CPUS = 8192  # the kernel's largest NR_CPUS
 ALL_CPUS = range(MAX_CPUS)  # asked for to learn the cpuset: the kernel drops what it does not allow
-ENV_ASSIGNED = "CMK_CPUS_ASSIGNED"
-ENV_ASSIGNED_MASK = "CMK_CPUS_ASSIGNED_MASK"
-ENV_SYSFS_ROOT = "CMK_SYSFS_ROOT"  # where --socket-id reads sysfs; tests point it at topology dumps
-DEFAULT_SYSFS_ROOT = "/sys"
-DEFAULT_PATH = "/bin:/usr/bin"  # os.defpath: what execvp searches when PATH is unset
 NOT_FOUND = (errno.ENOENT, errno.ENOTDIR)  # keep searching PATH; status 127 if nothing else
-LIST_HINT = "expected ascending CPU numbers separated by commas, e.g. 2,3,10"
-
-# Fixed texts rather than strerror(), whose wording differs between glibc, musl
-# and Python; the C pinner gets this table from pinner/build.py.
-ERRNO_TEXT = {
-    "ENOENT": "no such file or directory",
-    "ENOTDIR": "not a directory",
-    "EACCES": "permission denied",
-    "EPERM": "operation not permitted",
-    "ENOEXEC": "exec format error",
-    "EISDIR": "is a directory",
-    "ETXTBSY": "text file busy",
-    "ELOOP": "too many levels of symbolic links",
-    "ENAMETOOLONG": "file name too long",
-    "E2BIG": "argument list too long",
-    "ENOMEM": "out of memory",
-    "EINVAL": "invalid argument",
-    "EIO": "input/output error",
-    "EBUSY": "device or resource busy",
-    "ESRCH": "no such process",
-    "EROFS": "read-only file system",
-}
-
-#: What the pinners say of a sysfs or cgroup file they refuse to open (both print the same texts).
-NOT_REGULAR_TEXT = "not a regular file (a FIFO, device or directory is refused)"
-SYMLINK_TEXT = "a symbolic link (not followed)"
-#: The most read from a file that holds one number.
-MAX_NUMBER_FILE_BYTES = 64
-
-HELP = """\
-usage: cmk isolate [--socket-id=N] --pool=POOL [--no-affinity] [--namespace=NS] COMMAND [-- ARGS...]
-       cmk isolate [--socket-id=N] --pool=POOL [--no-affinity] -- COMMAND [ARGS...]
-
-Run COMMAND confined to the CPUs this container holds in POOL. The CPUs come
-from the env the device plugin's Allocate answer sets. The affinity is set,
-CMK_CPUS_ASSIGNED (the CPUs, comma-separated) and CMK_CPUS_ASSIGNED_MASK (hex
-mask, as CMK wrote it) are exported, and COMMAND replaces this process: it
-keeps its PID and receives signals directly.
-
-pools (env variable read; resource to request in resources.limits):
-  exclusive               CMK_CPUS_EXCLUSIVE               cmk.intel.com/exclusive-cores
-  exclusive-non-isolcpus  CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS  cmk.intel.com/exclusive-non-isolcpus-cores
-  shared                  CMK_CPUS_SHARED                  cmk.intel.com/shared
-  infra                   CMK_CPUS_INFRA                   cmk.intel.com/infra
-
-options:
-  --pool=POOL       pool whose CPUs to use (required)
-  --socket-id=N     use only the pool's CPUs on socket (package) N, read from
-                    /sys/devices/system/cpu/cpuX/topology/physical_package_id;
-                    -1 (default) means any socket. Ignored for infra, as in CMK.
-  --no-affinity     export the env but pin nothing: the workload pins itself
-  --namespace=NS    accepted for CMK compatibility; no effect (there is no
-                    ConfigMap any more)
-  -h, --help        show this help
-
-exit statuses (COMMAND's own once it runs):
-    2  usage error          3  unknown pool
-    4  no CPUs for the pool in the env
-    5  the pool's variable is not a cpu list
-    6  CPUs not allowed in this container
-    7  --socket-id: no CPU on that socket, or sysfs unreadable
-    8  the kernel refused the affinity, or set another one
-  126  COMMAND not executable   127  COMMAND not found
-"""
 
 
 class IsolateError(Exception):
@@ -174,17 +62,8 @@ class Request:
 # ---- pure logic ------------------------------------------------------------
 
 
-def shown(text: str | bytes) -> str:
-    """User-supplied text made safe for a one-line message: non-printable bytes become '?'.
-
-    Works on bytes so Python and C replace exactly the same characters.
-    """
-    raw = text.encode(sys.getfilesystemencoding(), "surrogateescape") if isinstance(text, str) else text
-    return "".join(chr(b) if 0x20 <= b < 0x7F else "?" for b in raw)
-
-
 def usage_error(message: str) -> IsolateError:
-    return IsolateError(f"{message} (see '{PROG} --help')", EXIT_USAGE)
+    return IsolateError(f"{message} (see '{ISOLATE_PROG} --help')", IsolateExit.USAGE)
 
 
 def parse_socket_id(value: str) -> int:
@@ -255,44 +134,26 @@ def after_command_hint(req: Request) -> str:
 
 def parse_env_cpus(var: str, raw: bytes) -> list[int]:
     """Parse a ``CMK_CPUS_*`` value: CPU numbers (or ``N-M`` ranges) separated by commas."""
-
-    def fail(detail: str) -> IsolateError:
-        return IsolateError(
-            f"{var}='{shown(raw)}' is not a cpu list: {detail} ({LIST_HINT})", EXIT_MALFORMED
-        )
-
-    def number(token: bytes) -> int:
-        if not token or not token.isdigit() or len(token) > 9:
-            raise fail(f"'{shown(token)}' is not a CPU number")
-        value = int(token)
-        if value >= MAX_CPUS:
-            raise fail(f"CPU {value} is out of range (0-{MAX_CPUS - 1})")
-        return value
-
-    cpus: set[int] = set()
-    for entry in raw.split(b","):
-        if not entry:
-            raise fail("empty entry between commas")
-        first, dash, last = entry.partition(b"-")
-        low = number(first)
-        high = number(last) if dash else low
-        if high < low:
-            raise fail(f"range '{shown(entry)}' runs backwards")
-        cpus.update(range(low, high + 1))
-    return sorted(cpus)
+    try:
+        # decoded as getenv() would, so shown() gives back the very bytes the C pinner shows
+        return sorted(parse_cpu_list(raw.decode(sys.getfilesystemencoding(), "surrogateescape"), env=True))
+    except CpuListError as err:
+        raise IsolateError(
+            f"{var}='{shown(raw)}' is not a cpu list: {err.detail} ({LIST_HINT})", IsolateExit.MALFORMED
+        ) from None
 
 
 def pool_cpus(pool: str, environ: dict[bytes, bytes]) -> list[int]:
     """The CPUs the Allocate answer gave this container in ``pool``."""
     if pool not in POOLS:
-        raise IsolateError(f"unknown pool '{shown(pool)}': choose one of {POOL_NAMES}", EXIT_UNKNOWN_POOL)
-    var, resource, _ = POOLS[pool]
+        raise IsolateError(f"unknown pool '{shown(pool)}': choose one of {POOL_NAMES}", IsolateExit.UNKNOWN_POOL)
+    var, resource = POOLS[pool].env, POOLS[pool].resource
     raw = environ.get(var.encode())
     if not raw:
         state = "is not set" if raw is None else "is empty"
         raise IsolateError(
             f"this container holds no {pool} CPUs ({var} {state}): request {resource} in resources.limits",
-            EXIT_NO_CPUS,
+            IsolateExit.NO_CPUS,
         )
     return parse_env_cpus(var, raw)
 
@@ -305,7 +166,7 @@ def check_allowed(pool: str, cpus: list[int], allowed: set[int]) -> None:
         raise IsolateError(
             f"{noun} {format_cpu_list(missing)} of the {pool} pool {verb} not allowed in this container "
             f"(allowed: {format_cpu_list(sorted(allowed))})",
-            EXIT_NOT_ALLOWED,
+            IsolateExit.NOT_ALLOWED,
         )
 
 
@@ -315,7 +176,7 @@ def check_pinned(cpus: list[int], got: set[int]) -> None:
         raise IsolateError(
             f"cannot pin to CPUs {format_cpu_list(cpus)}: the kernel set CPUs {format_cpu_list(sorted(got))} "
             "(did the container's cpuset change?)",
-            EXIT_AFFINITY,
+            IsolateExit.AFFINITY,
         )
 
 
@@ -327,7 +188,7 @@ def on_socket(pool: str, cpus: list[int], socket_id: int, packages: list[int]) -
         raise IsolateError(
             f"none of the {pool} pool's CPUs ({format_cpu_list(cpus)}) is on socket {socket_id} "
             f"(they are on socket {sockets}): use one of those with --socket-id, or -1 for any",
-            EXIT_SOCKET,
+            IsolateExit.SOCKET,
         )
     return kept
 
@@ -380,12 +241,12 @@ def socket_read_error(cpu: int, path: str, detail: str) -> IsolateError:
     return IsolateError(
         f"cannot read the socket of CPU {cpu} from {shown(path)}: {detail} "
         "(--socket-id needs sysfs; use --socket-id=-1 for any socket)",
-        EXIT_SOCKET,
+        IsolateExit.SOCKET,
     )
 
 
 def affinity_error(what: str, err: OSError) -> IsolateError:
-    return IsolateError(f"{what}: {errno_text(err.errno or 0)}", EXIT_AFFINITY)
+    return IsolateError(f"{what}: {errno_text(err.errno or 0)}", IsolateExit.AFFINITY)
 
 
 def get_affinity(what: str) -> set[int]:
@@ -459,9 +320,9 @@ def exec_command(command: str, args: list[str], environ: dict[bytes, bytes]) -> 
     number = first_other or last
     if number in NOT_FOUND:
         if where is not None:
-            return IsolateError(f"{shown(command)}: command not found (searched PATH={shown(where)})", EXIT_NOT_FOUND)
-        return IsolateError(f"{shown(command)}: {errno_text(number)}", EXIT_NOT_FOUND)
-    return IsolateError(f"{shown(command)}: cannot execute: {errno_text(number)}", EXIT_NOT_EXECUTABLE)
+            return IsolateError(f"{shown(command)}: command not found (searched PATH={shown(where)})", IsolateExit.NOT_FOUND)
+        return IsolateError(f"{shown(command)}: {errno_text(number)}", IsolateExit.NOT_FOUND)
+    return IsolateError(f"{shown(command)}: cannot execute: {errno_text(number)}", IsolateExit.NOT_EXECUTABLE)
 
 
 def run(argv: list[str]) -> IsolateError | None:
@@ -475,7 +336,7 @@ def run(argv: list[str]) -> IsolateError | None:
     cpus = pool_cpus(pool, environ)
     allowed, started = cpuset_cpus()
     check_allowed(pool, cpus, allowed)
-    if req.socket_id != -1 and POOLS[pool][2]:
+    if req.socket_id != -1 and POOLS[pool].socket_aware:
         root = getenv(environ, ENV_SYSFS_ROOT) or DEFAULT_SYSFS_ROOT
         cpus = on_socket(pool, cpus, req.socket_id, [read_package(root, cpu) for cpu in cpus])
     if not req.no_affinity:
@@ -493,9 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     except IsolateError as err:
         error = err
     if error is None:
-        sys.stdout.write(HELP)
-        return EXIT_HELP
-    sys.stderr.write(f"{PROG}: error: {error}\n")
+        sys.stdout.write(ISOLATE_HELP)
+        return IsolateExit.HELP
+    sys.stderr.write(f"{ISOLATE_PROG}: error: {error}\n")
     return error.status
 
 

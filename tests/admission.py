@@ -3,21 +3,7 @@
 The expressions run on Google's CEL implementation (``cel-expr-python``, the cel-cpp runtime).
 What Kubernetes adds on top of CEL is ported here from its source, never loosened:
 
-- the ``quantity`` library of ``k8s.io/apiserver/pkg/cel/library/quantity.go`` and ``sum()`` of
-  ``lists.go``, over ``resource.ParseQuantity`` of ``k8s.io/apimachinery/pkg/api/resource`` (its
-  int64 fast path; quantities that need its arbitrary-precision path raise ``NotPorted``);
-- ``cel.HomogeneousAggregateLiterals``, which the API server enables: a list literal of several
-  elements must hold string literals only, and no map literal is used (checked on the text);
-- the object a policy sees: the pod as the API server decoded, defaulted (``SetDefaults_Pod``:
-  requests default to limits) and validated it, with every quantity in its canonical string form;
-- the dispatcher (``plugin/policy/validating/dispatcher.go``, ``validator.go``): rules, bindings,
-  parameters found by ``paramRef`` (one evaluation per parameter object), ``parameterNotFoundAction``,
-  the message fallbacks and the "ValidatingAdmissionPolicy '…' with binding '…' denied request: …"
-  text. Policies and bindings are taken in name order; the API server reports the first denial.
-
-Stricter than the API server where a policy would only be wrong: any evaluation error (in a
-variable, a validation or a message expression) raises ``EvaluationError`` instead of going through
-``failurePolicy``, since a policy that errors gives users no fix to read.
+Why it works this way: ``docs/tests-admission.md``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,14 @@
 """The ``cmk`` command line: the one place that turns errors into one-line messages and exit codes.
 
 ``cmk isolate`` is dispatched before anything else is imported, so the pinner
-starts as fast as the interpreter allows.
+starts as fast as the interpreter allows; ``cmk hook`` runs the static
+pinner, so ``isolate`` and ``hook`` work from either program named ``cmk``.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,12 +17,33 @@ def main(argv: list[str] | None = None) -> int:
         from pinner.isolate import main as isolate_main
 
         return isolate_main(args[1:])
+    if args and args[0] == "hook":
+        return hook(args[1:])
     try:
         from deviceplugin.cli.commands import run
 
         return run(args)
     except KeyboardInterrupt:  # Ctrl-C while modules still load: no traceback, the shell's status
         return 130
+
+
+def hook(args: list[str], binary: Path | None = None) -> int:
+    """``cmk hook`` is the static pinner's (the runtime runs it on the host, maybe without Python): exec it."""
+    import os
+
+    from deviceplugin.host.install import built_pinner
+    from pinner.contract import HOOK_HELP, HOOK_PROG
+
+    binary = binary or built_pinner()
+    if binary.is_file():
+        os.execv(binary, ["cmk", "hook", *args])
+    if args[:1] in (["-h"], ["--help"]):
+        sys.stdout.write(HOOK_HELP)
+        return 0
+    sys.stderr.write(f"{HOOK_PROG}: error: the hook is the static pinner's and it was not built ({binary} is "
+                     "missing): build it with 'python -m pinner.build', or run the installed one, e.g. "
+                     "/opt/bin/cmk hook\n")
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Subcommands of ``cmk`` (all but ``isolate``, which ``cli`` dispatches first).
+"""Subcommands of ``cmk`` (all but ``isolate`` and ``hook``, which ``cli`` dispatches first).
 
 Each subcommand is a module with ``add_arguments(parser)`` and ``run(args) -> int``,
 imported only when chosen so one command's dependencies never slow another.
@@ -20,7 +20,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("deviceplugin.cli.demo", "run the seed pod on this machine with no cluster: daemon, kubelet stand-in, pinned processes"),
     "host-config": ("deviceplugin.cli.host_config",
                     "print the kernel, kubelet and systemd settings the node needs for the pools"),
-    "probe": ("deviceplugin.cli.probe", "exit 0 when every planned pool answers on its device-plugin socket"),
+    "probe": ("deviceplugin.cli.probe",
+              "exit 0 when the daemon's device-plugin sockets answer (every one it serves; at least one)"),
     "device-plugin": ("deviceplugin.cli.device_plugin", "serve the pools to the kubelet (the node daemon)"),
     "install": ("deviceplugin.cli.install", "install the self-contained pinner into the host's install directory"),
 }
@@ -39,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     sub.add_parser("isolate", help="run a command pinned to a pool's CPUs (CMK-compatible)")
+    sub.add_parser("hook", help="the OCI hook the CDI spec runs: confine a container to its CPUs (runs the "
+                                "static pinner)")
     for name, (module, help_text) in SUBCOMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         importlib.import_module(module).add_arguments(sub_parser)

@@ -9,13 +9,11 @@ unknown key or a wrong type is a one-line error naming the key.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable, Mapping
-from enum import StrEnum
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from deviceplugin.cli.flags import _count, _cpus, _slots, host_dir, parse_address
+from deviceplugin.cli.flags import FILE_KEYS, Flag
 from deviceplugin.errors import CmkError
-from deviceplugin.model.plan import Mode, SlotScope
 
 
 class ConfigError(CmkError):
@@ -32,73 +30,6 @@ class _Unset:
 UNSET = _Unset()
 
 
-def _whole(check: Callable[[str], int]) -> Callable[[object], int]:
-    def convert(value: object) -> int:
-        if type(value) is not int:
-            raise TypeError("expected a whole number")
-        return check(str(value))
-
-    return convert
-
-
-def _text(value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise TypeError("expected a non-empty string")
-    return value
-
-
-def _choice(kind: type[StrEnum]) -> Callable[[object], object]:
-    """A converter to one of an enum's values (``packed``, ``numa-node``)."""
-    def convert(value: object) -> object:
-        text = _text(value)
-        if text not in list(kind):
-            raise ValueError(f"expected one of {', '.join(kind)}, got {text!r}")
-        return kind(text)
-
-    return convert
-
-
-def _cpu_set(value: object) -> frozenset[int]:
-    if isinstance(value, list) and all(type(item) is int for item in value):
-        value = ",".join(str(item) for item in value)
-    elif type(value) is int:
-        value = str(value)
-    return _cpus(_text(value))
-
-
-def _flag(value: object) -> bool:
-    if type(value) is not bool:
-        raise TypeError("expected true or false")
-    return value
-
-
-def _path(value: object) -> Path:
-    return Path(_text(value))
-
-
-#: file key -> (argparse dest, converter raising TypeError/ValueError/ArgumentTypeError)
-KEYS: Mapping[str, tuple[str, Callable[[object], object]]] = {
-    "num-exclusive-cores": ("num_exclusive_cores", _whole(_count)),
-    "num-shared-cores": ("num_shared_cores", _whole(_count)),
-    "exclusive-mode": ("exclusive_mode", _choice(Mode)),
-    "shared-mode": ("shared_mode", _choice(Mode)),
-    "excl-non-isolcpus": ("excl_non_isolcpus", _cpu_set),
-    "shared-slots": ("shared_slots", _whole(_slots)),
-    "infra-slots": ("infra_slots", _whole(_slots)),
-    "slot-scope": ("slot_scope", _choice(SlotScope)),
-    "install-dir": ("install_dir", lambda value: host_dir(_text(value))),
-    "kubelet-dir": ("kubelet_dir", _path),
-    "sysfs-root": ("sysfs_root", _path),
-    "procfs-root": ("procfs_root", _path),
-    "cdi": ("cdi", _flag),
-    "cdi-dir": ("cdi_dir", _path),
-    "metrics-address": ("metrics_address", lambda value: parse_address(_text(value))),
-    "pod-resources-socket": ("pod_resources_socket", _path),
-    "nfd": ("nfd", _flag),
-    "nfd-features-dir": ("nfd_features_dir", _path),
-}
-
-
 def parse_config(data: object, source: str) -> dict[str, object]:
     """argparse dest -> checked value, from the YAML document ``data`` read from ``source``."""
     if data is None:
@@ -107,11 +38,11 @@ def parse_config(data: object, source: str) -> dict[str, object]:
         raise ConfigError(f"{source}: expected a mapping of flag names to values, got {type(data).__name__}")
     values: dict[str, object] = {}
     for key, value in data.items():
-        if key not in KEYS:
-            raise ConfigError(f"{source}: unknown key {key!r}; known keys: {', '.join(KEYS)}")
-        dest, convert = KEYS[key]
+        flag = FILE_KEYS.get(key)
+        if flag is None or flag.load is None:
+            raise ConfigError(f"{source}: unknown key {key!r}; known keys: {', '.join(FILE_KEYS)}")
         try:
-            values[dest] = convert(value)
+            values[flag.dest] = flag.load(value)
         except (TypeError, ValueError, argparse.ArgumentTypeError) as err:
             shown = "" if repr(value) in str(err) else f", got {value!r}"  # the checks of flags name it already
             raise ConfigError(f"{source}: key {key!r}: {err}{shown}") from None
@@ -134,9 +65,9 @@ def load_config(path: Path) -> dict[str, object]:
     return parse_config(data, str(path))
 
 
-def defer_defaults(parser: argparse.ArgumentParser, dests: Iterable[str]) -> None:
-    """Make the flags' defaults :data:`UNSET`, keeping the real ones for :func:`apply_config`."""
-    dests = list(dests)
+def defer_defaults(parser: argparse.ArgumentParser, flags: Iterable[Flag]) -> None:
+    """Make the file keys' defaults :data:`UNSET`, keeping the real ones for :func:`apply_config`."""
+    dests = [flag.dest for flag in flags if flag.load is not None]
     defaults = {dest: parser.get_default(dest) for dest in dests}
     parser.set_defaults(**{dest: UNSET for dest in dests}, _flag_defaults=defaults)
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from deviceplugin.cli.flags import add_plan_arguments, add_root_arguments, plan_options
+from deviceplugin.cli.flags import PLAN, ROOTS, add_flags, plan_options
 
 
 class Terminated(Exception):
@@ -36,8 +36,7 @@ def _seconds(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_root_arguments(parser)
-    add_plan_arguments(parser)
+    add_flags(parser, ROOTS, PLAN)
     group = parser.add_argument_group("demo")
     group.add_argument("--hold", type=_seconds, default=0.0, metavar="SECONDS",
                        help="keep the pod's processes running this long before deleting the pod, to "

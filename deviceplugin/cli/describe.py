@@ -14,12 +14,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deviceplugin.cli.configfile import apply_config, defer_defaults, load_config
+from deviceplugin.cli.configfile import UNSET, apply_config, defer_defaults, load_config
 from deviceplugin.cli.flags import (
-    add_plan_arguments,
-    add_pod_resources_argument,
-    add_root_arguments,
+    CONFIG_HELP,
+    DEFAULT_SYSFS_ROOT,
+    PLAN,
+    ROOTS,
+    Flag,
+    FlagGroup,
+    add_flags,
     plan_options,
+    pod_resources_socket,
 )
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.plan import plan_pools
@@ -30,16 +35,14 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_root_arguments(parser)
-    add_plan_arguments(parser)
-    add_pod_resources_argument(parser, "read for the live view")
-    parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="the daemon's --config YAML file, so describe plans exactly as the daemon does; "
-                             "flags given on the command line win")
+    own = FlagGroup(None, (
+        pod_resources_socket("read for the live view"),
+        Flag(name="config", parse=Path, metavar="FILE",
+             help=f"the daemon's --config YAML file, so describe plans exactly as the daemon does; {CONFIG_HELP}"),
+    ))
+    planning = add_flags(parser, ROOTS, PLAN, own)
     parser.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
                         help="output format (default: table)")
-    planning = [action.dest for group in parser._action_groups for action in group._group_actions
-                if action.dest not in ("help", "config", "output")]
     defer_defaults(parser, planning)
     parser.add_argument("--usage-window", type=_window, default=1.0, metavar="SECONDS",
                         help="sample procfs' CPU counters this long for the usage section; 0 leaves it out "
@@ -63,23 +66,30 @@ def run(args: argparse.Namespace) -> int:
     from deviceplugin.model.withheld import withheld_cores
     from deviceplugin.view.live import live_data, unavailable
 
-    apply_config(args, load_config(args.config) if args.config else {})
+    file_values = load_config(args.config) if args.config else {}
+    socket_given = args.pod_resources_socket is not UNSET or "pod_resources_socket" in file_values
+    apply_config(args, file_values)
     topology = discover(args.sysfs_root, args.procfs_root)
     plan = plan_pools(topology, plan_options(args))
     data = describe_data(topology, plan)
     tree = device_tree(plan, topology.online)
     socket = str(args.pod_resources_socket)
     held = None
-    try:
-        assignments = read_assignments(args.pod_resources_socket, resources=tree)
-        # As the daemon does at its start: cores still held under another ID or pool are in no pool.
-        withheld = withheld_cores(plan, {resource: assignments.held(resource) for resource in tree})
-        tree = device_tree(plan, topology.online, frozenset(w.core for w in withheld))
-        data["live"] = live_data(tree, assignments, socket, topology.offline)
-        data["live"]["notes"] += [w.message for w in withheld]
-        held = held_cpus(tree, assignments.held)
-    except Unavailable as err:
-        data["live"] = unavailable(socket, str(err))
+    if args.sysfs_root != DEFAULT_SYSFS_ROOT and not socket_given:
+        # this host's kubelet knows nothing of another machine's dump: do not dial it
+        data["live"] = unavailable(socket, f"{args.sysfs_root} is a dump, not this host "
+                                           "(give --pod-resources-socket to read a kubelet anyway)")
+    else:
+        try:
+            assignments = read_assignments(args.pod_resources_socket, resources=tree)
+            # As the daemon does at its start: cores still held under another ID or pool are in no pool.
+            withheld = withheld_cores(plan, {resource: assignments.held(resource) for resource in tree})
+            tree = device_tree(plan, topology.online, frozenset(w.core for w in withheld))
+            data["live"] = live_data(tree, assignments, socket, topology.offline)
+            data["live"]["notes"] += [w.message for w in withheld]
+            held = held_cpus(tree, assignments.held)
+        except Unavailable as err:
+            data["live"] = unavailable(socket, str(err))
     if args.usage_window:
         data["usage"] = _usage(args.procfs_root, places(topology, plan), args.usage_window, held)
     if args.output == "json":

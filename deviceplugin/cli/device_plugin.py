@@ -13,27 +13,15 @@ from __future__ import annotations
 
 import argparse
 import gc
-import logging
 import signal
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from api.constants import DEVICE_PLUGIN_DIR
-from deviceplugin.cli.configfile import KEYS, apply_config, defer_defaults, load_config
-from deviceplugin.cli.flags import (
-    _address,
-    add_plan_arguments,
-    add_pod_resources_argument,
-    add_root_arguments,
-    host_dir,
-    plan_options,
-)
+from deviceplugin.cli.configfile import apply_config, defer_defaults, load_config
+from deviceplugin.cli.flags import DAEMON_FLAGS, add_flags, plan_options
 from deviceplugin.errors import CmkError
-from deviceplugin.host.cdi import DEFAULT_CDI_DIR
-from deviceplugin.host.install import DEFAULT_INSTALL_DIR
 from deviceplugin.model.plan import PlanOptions
-from deviceplugin.observe.logs import FORMATS
 
 if TYPE_CHECKING:
     from deviceplugin.daemon import Daemon
@@ -41,46 +29,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
-
-    add_root_arguments(parser)
-    add_plan_arguments(parser)
-    group = parser.add_argument_group("daemon")
-    group.add_argument("--kubelet-dir", type=Path, default=Path(DEVICE_PLUGIN_DIR), metavar="DIR",
-                       help=f"the kubelet's device-plugin directory (default: {DEVICE_PLUGIN_DIR})")
-    group.add_argument("--install-dir", type=host_dir, default=str(DEFAULT_INSTALL_DIR), metavar="DIR",
-                       help="host directory holding the pinner (cmk install --install-dir), mounted "
-                            f"read-only at /opt/bin in every container (default: {DEFAULT_INSTALL_DIR})")
-    group.add_argument("--cdi", action=argparse.BooleanOptionalAction, default=True,
-                       help="write a CDI spec and name its device in every Allocate answer, so the "
-                            "container runtime's hook confines each container to its CPUs (cgroup cpuset "
-                            "and affinity) even if it never runs cmk isolate. Needs kubelet 1.28+ "
-                            "(DevicePluginCDIDevices: beta and on in 1.29, GA in 1.31) and containerd 1.7+ "
-                            "with enable_cdi, or CRI-O 1.23+; older ones ignore it (default: on)")
-    group.add_argument("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
-                       help="the runtime's CDI spec directory the spec is written into at start; it stays "
-                            "when the daemon stops (restarted containers still name its devices): README "
-                            f"'Uninstalling' says when to remove it (default: {DEFAULT_CDI_DIR})")
-    group.add_argument("--config", type=Path, metavar="FILE",
-                       help="YAML file with these flags as keys, all but --config, --log-level and --log-format "
-                            "(e.g. num-exclusive-cores: 4); "
-                            "flags given on the command line win")
-    group.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-                       help="logging threshold (default: INFO)")
-    observe = parser.add_argument_group("observability")
-    observe.add_argument("--log-format", choices=FORMATS, default="text",
-                         help="one line per event: text (key=value) or json (default: text)")
-    observe.add_argument("--metrics-address", type=_address, metavar="HOST:PORT",
-                         help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)")
-    add_pod_resources_argument(observe, "read before serving to keep cores still held under other IDs or pools "
-                               "out of every pool, for the allocated-devices metric and to name the pod "
-                               "behind each allocation in the log")
-    observe.add_argument("--nfd-features-dir", type=Path, default=DEFAULT_FEATURES_DIR, metavar="DIR",
-                         help=f"write Node Feature Discovery labels to DIR/cmk.intel.com "
-                              f"(default: {DEFAULT_FEATURES_DIR})")
-    observe.add_argument("--nfd", action=argparse.BooleanOptionalAction, default=True,
-                         help="write the Node Feature Discovery feature file (default: on)")
-    defer_defaults(parser, (dest for dest, _ in KEYS.values()))
+    defer_defaults(parser, add_flags(parser, *DAEMON_FLAGS))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
         if args.log_format != "json":
             raise  # the CLI prints its usual one line
         # A log shipper parsing JSON gets the error as one JSON line, not a stray text line.
-        from deviceplugin.events import Events
+        from deviceplugin.events import ConfigError, Events
 
-        Events().emit("config_error", str(err), level=logging.ERROR, error=str(err))
+        Events().emit(ConfigError(str(err)))
         return err.exit_code
 
 
@@ -108,6 +57,7 @@ def _daemon(args: argparse.Namespace, events: Events) -> Daemon:
     (``cmk probe --require-good-config``, halting the rollout) say what is wrong.
     """
     from deviceplugin.daemon import Daemon, DaemonSettings
+    from deviceplugin.events import ConfigRefused
     from deviceplugin.host import lastgood
 
     def make(plan: PlanOptions, problem: str | None) -> Daemon:
@@ -130,13 +80,12 @@ def _daemon(args: argparse.Namespace, events: Events) -> Daemon:
         except CmkError:
             raise err from None
         source = f"--config {args.config} and the flags" if args.config else "the flags"
-        events.emit("config_refused", f"refused {source}: {err}; serving the last good plan from "
-                    f"{lastgood.path_in(args.kubelet_dir)} instead: fix the config and roll out again",
-                    level=logging.ERROR, error=str(err))
+        events.emit(ConfigRefused(source, str(err), str(lastgood.path_in(args.kubelet_dir))))
         return daemon
 
 
 def _remember_plan(daemon: Daemon, events: Events) -> None:
+    from deviceplugin.events import LastGoodPlanUnsaved
     from deviceplugin.host import lastgood
 
     if daemon.settings.config_problem is not None:
@@ -144,9 +93,7 @@ def _remember_plan(daemon: Daemon, events: Events) -> None:
     try:
         lastgood.save(daemon.settings.kubelet_dir, daemon.settings.plan)
     except OSError as err:
-        events.emit("last_good_plan_unsaved", f"cannot remember the plan in {daemon.settings.kubelet_dir}: "
-                    f"{err.strerror}; a later bad config would then stop the pools", level=logging.WARNING,
-                    error=err.strerror)
+        events.emit(LastGoodPlanUnsaved(str(daemon.settings.kubelet_dir), err.strerror or str(err)))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -180,6 +127,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: ExitStack) -> None:
     """Start the resolver and metrics before serving, so the first registrations count; undo on ``cleanup``."""
+    from deviceplugin.events import MetricsServing
     from deviceplugin.observe.resolver import AllocationResolver
 
     resolver = AllocationResolver(events, args.pod_resources_socket)
@@ -198,11 +146,11 @@ def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: 
         metrics = Metrics(collector, daemon.tree, config_fallback=daemon.settings.config_problem is not None)
         events.listen(metrics.on_event)
         host, port = cleanup.enter_context(serve_metrics(metrics.registry, *args.metrics_address))
-        events.emit("metrics_serving", f"serving metrics at http://{host}:{port}/metrics",
-                    address=f"{host}:{port}")
+        events.emit(MetricsServing(f"{host}:{port}"))
 
 
 def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitStack) -> None:
+    from deviceplugin.events import NfdKept, NfdRemoved, NfdRemoveFailed, NfdWritten
     from deviceplugin.host.nfd import (
         feature_labels,
         file_identity,
@@ -218,14 +166,9 @@ def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitSta
         try:
             removed = remove_features(path, written)
         except OSError as err:  # shutting down anyway: say so, still exit 0 as a rollout expects
-            events.emit("nfd_remove_failed", f"cannot remove {path}: {err.strerror}", level=logging.WARNING,
-                        path=str(path), error=err.strerror)
+            events.emit(NfdRemoveFailed(str(path), err.strerror or str(err)))
             return
-        if removed:
-            events.emit("nfd_removed", f"removed {path}", path=str(path))
-        else:
-            events.emit("nfd_kept", f"left {path} alone: it is not the file this daemon wrote", path=str(path))
+        events.emit(NfdRemoved(str(path)) if removed else NfdKept(str(path)))
 
     cleanup.callback(remove)
-    events.emit("nfd_written", f"wrote NFD labels to {path}", path=str(path),
-                labels=[f"{k}={v}" for k, v in labels.items()])
+    events.emit(NfdWritten(str(path), tuple(f"{k}={v}" for k, v in labels.items())))

@@ -1,17 +1,29 @@
-"""Command-line flags shared by every subcommand that plans pools (describe, device-plugin, host-config).
+"""The flag table: every flag the planning commands and the daemon share, once.
 
-One definition, so ``cmk describe`` shows exactly the plan the daemon serves for the same flags,
-and reads the same pod resources socket the daemon's metrics read.
+Each :class:`Flag` generates its argparse option and, when it has a ``load``
+converter, its ``--config`` file key (the flag's name), so a flag and its
+key cannot drift apart, and ``cmk describe`` plans exactly as the daemon
+does for the same flags and file.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
-from api.constants import POD_RESOURCES_SOCKET
+from api.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
+from deviceplugin.host.cdi import DEFAULT_CDI_DIR
+from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
 from deviceplugin.model.plan import DEFAULT_SLOTS, Mode, PlanOptions, SlotScope
+from deviceplugin.observe.logs import FORMATS
 from pinner.cpulist import CpuListError, parse_cpu_list
+
+# --- command-line converters (argparse ``type``): text in, value or ArgumentTypeError out ---
 
 
 def _whole_at_least(text: str, least: int) -> int:
@@ -24,15 +36,18 @@ def _whole_at_least(text: str, least: int) -> int:
     return value
 
 
-def _count(text: str) -> int:
+def count(text: str) -> int:
+    """A whole number, 0 or more."""
     return _whole_at_least(text, 0)
 
 
-def _slots(text: str) -> int:
+def slots(text: str) -> int:
+    """A whole number, 1 or more."""
     return _whole_at_least(text, 1)
 
 
-def _cpus(text: str) -> frozenset[int]:
+def cpu_set(text: str) -> frozenset[int]:
+    """A cpu list in the kernel's syntax."""
     try:
         return parse_cpu_list(text)
     except CpuListError as err:
@@ -55,41 +70,211 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _address(text: str) -> tuple[str, int]:
+def address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, for argparse."""
     try:
         return parse_address(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def add_root_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sysfs-root", type=Path, default=Path("/sys"), metavar="DIR",
-                        help="read the CPU topology from DIR/devices/system (default: /sys)")
-    parser.add_argument("--procfs-root", type=Path, default=Path("/proc"), metavar="DIR",
-                        help="read the kernel command line from DIR/cmdline (default: /proc)")
+# --- config-file converters: a YAML value in, the flag's value or TypeError/ValueError out ---
 
 
-def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("pool plan (CMK's flags)")
-    group.add_argument("--num-exclusive-cores", type=_count, metavar="N",
-                       help="physical cores in the exclusive pool (default: the isolated cores "
-                            "shared does not take; without isolcpus, up to 4)")
-    group.add_argument("--num-shared-cores", type=_count, metavar="N",
-                       help="physical cores in the shared pool (default: 1 when two or more cores are free)")
-    group.add_argument("--exclusive-mode", type=Mode, choices=list(Mode), default=Mode.PACKED,
-                       help="packed fills one NUMA node/socket first; spread round-robins (default: packed)")
-    group.add_argument("--shared-mode", type=Mode, choices=list(Mode), default=Mode.PACKED,
-                       help="as --exclusive-mode, for the shared pool (default: packed)")
-    group.add_argument("--excl-non-isolcpus", type=_cpus, default=frozenset(), metavar="CPUS",
-                       help="non-isolated CPUs whose whole cores form the exclusive-non-isolcpus pool")
-    group.add_argument("--shared-slots", type=_slots, default=DEFAULT_SLOTS, metavar="N",
-                       help=f"containers the shared pool admits at once (default: {DEFAULT_SLOTS})")
-    group.add_argument("--infra-slots", type=_slots, default=DEFAULT_SLOTS, metavar="N",
-                       help=f"containers the infra pool admits at once (default: {DEFAULT_SLOTS})")
-    group.add_argument("--slot-scope", type=SlotScope, choices=list(SlotScope), default=SlotScope.POOL,
-                       help="pool: a shared/infra slot gives the whole pool; numa-node: each NUMA node offers "
-                            "its own slots (N per node) giving that node's pool CPUs, for the Topology Manager "
-                            "(default: pool)")
+def whole(check: Callable[[str], int]) -> Callable[[object], int]:
+    """A YAML integer (not a string, not a bool), then the flag's own check."""
+
+    def convert(value: object) -> int:
+        if type(value) is not int:
+            raise TypeError("expected a whole number")
+        return check(str(value))
+
+    return convert
+
+
+def text_value(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError("expected a non-empty string")
+    return value
+
+
+def choice_value(kind: type[StrEnum]) -> Callable[[object], Any]:
+    """A converter to one of an enum's values (``packed``, ``numa-node``)."""
+
+    def convert(value: object) -> Any:
+        text = text_value(value)
+        if text not in list(kind):
+            raise ValueError(f"expected one of {', '.join(kind)}, got {text!r}")
+        return kind(text)
+
+    return convert
+
+
+mode_value = choice_value(Mode)
+
+
+def cpu_set_value(value: object) -> frozenset[int]:
+    """A cpu list as text, one integer, or a YAML list of integers."""
+    if isinstance(value, list) and all(type(item) is int for item in value):
+        value = ",".join(str(item) for item in value)
+    elif type(value) is int:
+        value = str(value)
+    return cpu_set(text_value(value))
+
+
+def switch_value(value: object) -> bool:
+    if type(value) is not bool:
+        raise TypeError("expected true or false")
+    return value
+
+
+def path_value(value: object) -> Path:
+    return Path(text_value(value))
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Flag:
+    """``--name``: parsed from the command line with ``parse``, from the config file with ``load``."""
+
+    name: str
+    help: str
+    parse: Callable[[str], Any] = str
+    #: None: not a config-file key (e.g. --config itself, the log settings a file cannot fix in time)
+    load: Callable[[object], Any] | None = None
+    default: Any = None
+    metavar: str | None = None
+    choices: Sequence[Any] | None = None
+    #: ``--name``/``--no-name``
+    switch: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+    def add_to(self, parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+        if self.switch:
+            parser.add_argument(f"--{self.name}", action=argparse.BooleanOptionalAction, default=self.default,
+                                help=self.help)
+        else:
+            parser.add_argument(f"--{self.name}", type=self.parse, default=self.default, metavar=self.metavar,
+                                choices=self.choices, help=self.help)
+
+
+@dataclass(frozen=True)
+class FlagGroup:
+    """An argparse group; ``title`` None puts the flags among the parser's own options."""
+
+    title: str | None
+    flags: tuple[Flag, ...]
+
+
+def add_flags(parser: argparse.ArgumentParser, *groups: FlagGroup) -> list[Flag]:
+    """Add the groups' flags to ``parser``; returns them, e.g. for :func:`configfile.defer_defaults`."""
+    added: list[Flag] = []
+    for group in groups:
+        target = parser if group.title is None else parser.add_argument_group(group.title)
+        for flag in group.flags:
+            flag.add_to(target)
+            added.append(flag)
+    return added
+
+
+def _modes(default: Mode, help: str) -> dict[str, Any]:
+    return {"parse": Mode, "load": mode_value, "choices": list(Mode), "default": default, "help": help}
+
+
+DEFAULT_SYSFS_ROOT = Path("/sys")
+
+ROOTS = FlagGroup(None, (
+    Flag(name="sysfs-root", parse=Path, load=path_value, default=DEFAULT_SYSFS_ROOT, metavar="DIR",
+         help="read the CPU topology from DIR/devices/system (default: /sys)"),
+    Flag(name="procfs-root", parse=Path, load=path_value, default=Path("/proc"), metavar="DIR",
+         help="read the kernel command line from DIR/cmdline (default: /proc)"),
+))
+
+PLAN = FlagGroup("pool plan (CMK's flags)", (
+    Flag(name="num-exclusive-cores", parse=count, load=whole(count), metavar="N",
+         help="physical cores in the exclusive pool (default: the isolated cores "
+              "shared does not take; without isolcpus, up to 4)"),
+    Flag(name="num-shared-cores", parse=count, load=whole(count), metavar="N",
+         help="physical cores in the shared pool (default: 1 when two or more cores are free)"),
+    Flag(name="exclusive-mode", **_modes(Mode.PACKED, "packed fills one NUMA node/socket first; "
+                                                      "spread round-robins (default: packed)")),
+    Flag(name="shared-mode", **_modes(Mode.PACKED, "as --exclusive-mode, for the shared pool (default: packed)")),
+    Flag(name="excl-non-isolcpus", parse=cpu_set, load=cpu_set_value, default=frozenset(), metavar="CPUS",
+         help="non-isolated CPUs whose whole cores form the exclusive-non-isolcpus pool"),
+    Flag(name="shared-slots", parse=slots, load=whole(slots), default=DEFAULT_SLOTS, metavar="N",
+         help=f"containers the shared pool admits at once (default: {DEFAULT_SLOTS})"),
+    Flag(name="infra-slots", parse=slots, load=whole(slots), default=DEFAULT_SLOTS, metavar="N",
+         help=f"containers the infra pool admits at once (default: {DEFAULT_SLOTS})"),
+    Flag(name="slot-scope", parse=SlotScope, load=choice_value(SlotScope), choices=list(SlotScope),
+         default=SlotScope.POOL,
+         help="pool: a shared/infra slot gives the whole pool; numa-node: each NUMA node offers "
+              "its own slots (N per node) giving that node's pool CPUs, for the Topology Manager "
+              "(default: pool)"),
+))
+
+#: Where the kubelet serves its pod resources API (what ``cmk describe`` and the metrics read).
+DEFAULT_POD_RESOURCES_SOCKET = Path(POD_RESOURCES_SOCKET)
+
+
+def pod_resources_socket(purpose: str) -> Flag:
+    """``--pod-resources-socket``, its help saying what the command reads it for."""
+    return Flag(name="pod-resources-socket", parse=Path, load=path_value, default=DEFAULT_POD_RESOURCES_SOCKET,
+                metavar="PATH",
+                help=f"the kubelet's pod resources socket, {purpose} (default: {DEFAULT_POD_RESOURCES_SOCKET})")
+
+
+CONFIG_HELP = "flags given on the command line win"
+
+DAEMON = FlagGroup("daemon", (
+    Flag(name="kubelet-dir", parse=Path, load=path_value, default=Path(DEVICE_PLUGIN_DIR), metavar="DIR",
+         help=f"the kubelet's device-plugin directory (default: {DEVICE_PLUGIN_DIR})"),
+    Flag(name="install-dir", parse=host_dir, load=lambda value: host_dir(text_value(value)),
+         default=str(DEFAULT_INSTALL_DIR), metavar="DIR",
+         help="host directory holding the pinner (cmk install --install-dir), mounted "
+              f"read-only at /opt/bin in every container (default: {DEFAULT_INSTALL_DIR})"),
+    Flag(name="cdi", switch=True, load=switch_value, default=True,
+         help="write a CDI spec and name its device in every Allocate answer, so the "
+              "container runtime's hook confines each container to its CPUs (cgroup cpuset "
+              "and affinity) even if it never runs cmk isolate. Needs kubelet 1.28+ "
+              "(DevicePluginCDIDevices: beta and on in 1.29, GA in 1.31) and containerd 1.7+ "
+              "with enable_cdi, or CRI-O 1.23+; older ones ignore it (default: on)"),
+    Flag(name="cdi-dir", parse=Path, load=path_value, default=DEFAULT_CDI_DIR, metavar="DIR",
+         help="the runtime's CDI spec directory the spec is written into at start; it stays "
+              "when the daemon stops (restarted containers still name its devices): README "
+              f"'Uninstalling' says when to remove it (default: {DEFAULT_CDI_DIR})"),
+    Flag(name="config", parse=Path, metavar="FILE",
+         help="YAML file with these flags as keys, all but --config, --log-level and --log-format "
+              f"(e.g. num-exclusive-cores: 4); {CONFIG_HELP}"),
+    Flag(name="log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+         help="logging threshold (default: INFO)"),
+))
+
+OBSERVE = FlagGroup("observability", (
+    Flag(name="log-format", choices=FORMATS, default="text",
+         help="one line per event: text (key=value) or json (default: text)"),
+    Flag(name="metrics-address", parse=address, load=lambda value: parse_address(text_value(value)),
+         metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)"),
+    pod_resources_socket("read before serving to keep cores still held under other IDs or pools out of every "
+                         "pool, for the allocated-devices metric and to name the pod behind each allocation "
+                         "in the log"),
+    Flag(name="nfd-features-dir", parse=Path, load=path_value, default=DEFAULT_FEATURES_DIR, metavar="DIR",
+         help=f"write Node Feature Discovery labels to DIR/cmk.intel.com (default: {DEFAULT_FEATURES_DIR})"),
+    Flag(name="nfd", switch=True, load=switch_value, default=True,
+         help="write the Node Feature Discovery feature file (default: on)"),
+))
+
+#: ``cmk device-plugin``'s flags, in help order.
+DAEMON_FLAGS = (ROOTS, PLAN, DAEMON, OBSERVE)
+
+#: The config file's keys: every daemon flag with a ``load`` converter, the plan's (most often set) first.
+FILE_KEYS: Mapping[str, Flag] = {
+    flag.name: flag for group in (PLAN, DAEMON, ROOTS, OBSERVE) for flag in group.flags if flag.load is not None
+}
 
 
 def plan_options(args: argparse.Namespace) -> PlanOptions:
@@ -103,13 +288,3 @@ def plan_options(args: argparse.Namespace) -> PlanOptions:
         infra_slots=args.infra_slots,
         slot_scope=args.slot_scope,
     )
-
-
-#: Where the kubelet serves its pod resources API (what ``cmk describe`` and the metrics read).
-DEFAULT_POD_RESOURCES_SOCKET = Path(POD_RESOURCES_SOCKET)
-
-
-def add_pod_resources_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, purpose: str) -> None:
-    parser.add_argument("--pod-resources-socket", type=Path, default=DEFAULT_POD_RESOURCES_SOCKET,
-                        metavar="PATH", help=f"the kubelet's pod resources socket, {purpose} "
-                                             f"(default: {DEFAULT_POD_RESOURCES_SOCKET})")

@@ -5,12 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from deviceplugin.cli.flags import (
-    _slots,
-    add_plan_arguments,
-    add_root_arguments,
-    plan_options,
-)
+from deviceplugin.cli.flags import PLAN, ROOTS, add_flags, plan_options, slots
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.hostsettings import (
     RUNTIMES,
@@ -22,8 +17,7 @@ from deviceplugin.model.hostsettings import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_root_arguments(parser)
-    add_plan_arguments(parser)
+    add_flags(parser, ROOTS, PLAN)
     group = parser.add_argument_group("host settings")
     group.add_argument("--nohz-full", action="store_true",
                        help="also print nohz_full= for the isolated CPUs (tickless; needs a NO_HZ_FULL kernel)")
@@ -31,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also print rcu_nocbs= for the isolated CPUs (RCU callbacks off them)")
     group.add_argument("--irqaffinity", action="store_true",
                        help="also print irqaffinity= for the infra CPUs (default IRQ placement)")
-    group.add_argument("--reserved-cores", type=_slots, default=1, metavar="N",
+    group.add_argument("--reserved-cores", type=slots, default=1, metavar="N",
                        help="infra cores the kubelet reserves for the host (reservedSystemCPUs; default: 1)")
     group.add_argument("--runtime", dest="runtimes", action="append", choices=list(RUNTIMES),
                        help="container runtime to write a drop-in for (repeatable; default: all)")

@@ -1,25 +1,7 @@
 """``cmk probe``: exit 0 only when the daemon's pools answer and the kubelet holds their streams.
 
-The DaemonSet's startup, readiness and liveness probe (an exec probe in the
-daemon's own container). It dials every socket the daemon names
-(``cmk-<resource>.sock``) that exists in the kubelet's device-plugin
-directory and calls ``GetDevicePluginOptions`` -- the very call the kubelet
-makes while registering a plugin -- and needs at least one. A crashed daemon's
-leftover socket refuses, and hung servers miss the deadline.
-
-Answering is not being registered: the kubelet may have ended a pool's
-stream (allocatable 0) while the daemon still serves. So the probe also asks
-each socket's standard gRPC health service, which says SERVING only while
-the kubelet holds a ListAndWatch stream to that pool. With
-``--require-good-config`` (the readiness probe) it also fails while the daemon
-refused its config and serves its last good plan, so a rollout of a bad config
-halts on the first node instead of going on.
-
-It does not plan the pools again. A plan made now can differ from the one
-the daemon serves: an isolated core whose CPUs went offline vanishes from
-the kernel's topology, so a re-plan would fail, the kubelet would restart a
-daemon that is rightly reporting those devices Unhealthy, and the restarted
-daemon would fail the same way: a crash loop taking every pool off the node.
+With ``--require-good-config`` (the readiness probe) it also fails while the
+daemon serves its last good plan. Why it works this way: ``docs/probe.md``.
 """
 
 from __future__ import annotations

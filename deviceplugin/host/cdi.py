@@ -1,51 +1,6 @@
 """The CDI spec that makes the container runtime run ``cmk hook`` for our containers, with their CPUs.
 
-One spec file per node daemon, kind ``cmk.intel.com/cpus``, one device per CPU
-set the daemon may hand out: one per core of the node, named after its core
-device ID (``cmk.intel.com/cpus=core-n0-p0-c1``), and one per slot pool
-(``cmk.intel.com/cpus=shared``: every slot of a pool has the pool's CPUs).
-Each device's ``containerEdits`` add a ``createRuntime`` hook carrying that
-device's CPUs, ``cmk hook --cpus=1,9``. An Allocate answer names the CDI
-device of every device ID it was given
-(``deviceplugin.model.answers.cdi_device_names``); the runtime
-(containerd 1.7+ with ``enable_cdi``, CRI-O 1.23+, podman) applies the spec
-before it creates the container.
-
-Why the CPUs travel in the hooks and not in the env: the kubelet appends the
-pod spec's own ``env`` after the plugins' env, so a pod can set any
-``CMK_CPUS_*`` name itself; it cannot set an OCI hook. Hooks reach
-``config.json`` only from the runtime's own configuration, its hooks
-directories and CDI specs, and a CDI device only from the CRI request's
-``CDIDevices`` (filled by the kubelet from Allocate answers) or the CRI
-*container* annotations, which the kubelet builds from device-plugin
-annotations and its own keys, never from the pod's (README, "Security: what
-is trusted", has the runtime functions). A container holding several devices
-gets several hooks; each takes the union of all of them, so each computes the
-same CPUs and the order they run in does not matter.
-
-Device IDs are stable (derived from the topology), so the kubelet's replayed
-answers still resolve after a daemon restart. The spec is O(cores) devices: a
-slot pool is one device, however many slots it advertises.
-
-Why ``cdiVersion`` 0.5.0: it is the newest version the CDI library bundled
-with podman 4.3 and containerd 1.7 accepts (they refuse a spec whose version
-they do not know), newer libraries still read it, and everything used here
-(device-level edits, ``createRuntime`` hooks with a timeout) exists since 0.3.0.
-
-Why the daemon never removes it: the kubelet replays every container's cached
-Allocate answer, CDI names included, at each start and restart, also while the
-daemon is away (a rollout, a crash loop, a drain) and after an upgrade, and
-the runtime refuses a name it cannot resolve. So the spec carries a device for
-every ID any pool may hand out, served now or not: every core of the node
-(a replan may move a core between pools), every served slot pool, and every
-device the spec on disk already had that the new plan does not define (a slot
-pool this plan dropped keeps the CPUs it was written with). It stays until the
-node is uninstalled (README "Uninstalling").
-
-:func:`build_spec` and :func:`kept_devices` are pure (the names come from
-``deviceplugin.model.answers``, which the Allocate answers use too);
-:func:`read_spec`, :func:`write_spec` (daemon start) and :func:`remove_spec`
-(uninstalling) are the only I/O, never inside Allocate.
+Why it works this way: ``docs/cdi-spec.md``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
 """Node Feature Discovery labels: what the daemon found and serves, as an NFD ``features.d`` file.
 
-NFD's local source reads every file in ``features.d`` (one ``key=value``
-per line, ``#`` comments) and labels the node with them; files whose name
-starts with a dot are skipped, so the file is written as a dot-file and
-renamed into place: NFD never reads half a file. The daemon removes it on
-shutdown (only if the file there is still the one it wrote), so a node that
-stops serving CMK loses the labels at NFD's next pass.
-
-Labels (all in the ``cmk.intel.com/`` prefix; values are valid label values):
-
-- ``isolcpus``: ``true`` when the kernel isolates any CPU (``isolcpus=``)
-- ``sst-bf``, ``sst-cp``: ``true``/``false``, Intel SST base-frequency /
-  core-power differences were found and used to rank cores
-- ``exclusive-cores``, ``exclusive-non-isolcpus-cores``, ``shared-cores``,
-  ``infra-cores``: physical cores in each pool (``0`` when it is not served)
-- ``shared-slots``, ``infra-slots``: containers each slot pool admits at once
-- ``numa-nodes``: NUMA nodes on the node
+Why it works this way: ``docs/nfd-labels.md``.
 """
 
 from __future__ import annotations

@@ -4,34 +4,7 @@ Both roots are parameters so tests and ``--sysfs-root``/``--procfs-root``
 point discovery at a machine dump. The kernel's fallbacks are written as
 code, in the order the kernel's own history needs them:
 
-* online CPUs: ``cpu/online``; without it (or empty), each ``cpuN/online``
-  (``1``/``0``), and where that is missing or empty, a ``topology/`` folder
-  means online (cpu0 is often not hot-pluggable and has no ``online`` file;
-  offline CPUs often have no ``topology/`` folder).
-* every CPU: ``cpu/possible`` plus every ``cpuN`` folder plus the online
-  ones. ``cpu/offline`` is never read: it may list CPUs beyond ``possible``.
-* a core: ``core_cpus_list`` -> ``thread_siblings_list`` -> the hex masks
-  ``core_cpus`` -> ``thread_siblings``; cache and node CPU sets likewise
-  fall back from ``*_list``/``cpulist`` to the hex ``*_map``/``cpumap``.
-* ids (package, die, cluster, core) of ``-1`` mean "unknown" (POWER, s390,
-  arm64 without clusters) and become ``None``, as does a missing file and
-  an x86 ``cluster_id`` of 65535.
-* NUMA: no ``node/nodeN`` folder means one node 0 holding every online CPU;
-  a CPU listed by several nodes (broken firmware that makes every node list
-  every CPU) belongs to the lowest-numbered one; an online CPU no node
-  lists has node ``None``.
-* an online CPU without a ``topology/`` folder is a lone thread of unknown
-  placement; a core's siblings are its *online* threads.
-* caches: the first ``cache/indexN`` of level 2 and of level 3 that is not
-  an ``Instruction`` cache; no ``cache/`` folder or no such index means no
-  L2/L3 grouping (``None``); an empty sharing list (ia64 kernels write
-  ``00000000``) means the core's own cache, as hwloc reads it.
-* isolated CPUs: ``cpu/isolated`` plus ``isolcpus=`` on the command line
-  (whatever its flags); ``nohz_full``: ``cpu/nohz_full`` (``(null)`` means
-  none) plus ``nohz_full=``. A missing ``cmdline`` means no parameters.
-
-Anything other than a missing file (unreadable, a folder where a file should
-be, garbage) raises :class:`CmkError` naming the path.
+Why it works this way: ``docs/topology-discovery.md``.
 """
 
 from __future__ import annotations
@@ -39,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
@@ -52,6 +26,7 @@ _CACHE_DIR = re.compile(r"index(\d+)")
 _X86_BAD_APICID = 0xFFFF
 _NO_CPUS = "(null)"  # what cpu/nohz_full reads when nohz_full is off
 _SIBLING_FILES = ("core_cpus_list", "thread_siblings_list", "core_cpus", "thread_siblings")
+_PACKAGE_FILES = ("package_cpus_list", "core_siblings_list", "package_cpus", "core_siblings")
 _ROOT_HINT = "pass --sysfs-root the directory that holds devices/system/cpu"
 
 
@@ -73,10 +48,36 @@ def discover(sysfs_root: Path = Path("/sys"), procfs_root: Path = Path("/proc"))
         )
         for cpu in every
     }
+    cpus.update(_derived_packages(reader, cpus, dirs))
     boot = read_boot_settings(procfs_root)
     isolated = (reader.cpus(_join(cpu_root, "isolated")) or frozenset()) | boot.isolcpus
     nohz_full = (reader.cpus(_join(cpu_root, "nohz_full")) or frozenset()) | boot.nohz_full
     return Topology(cpus=cpus, isolated=isolated, nohz_full=nohz_full)
+
+
+def _derived_packages(reader: _Reader, cpus: Mapping[int, Cpu], dirs: Mapping[int, str]) -> dict[int, Cpu]:
+    """Online CPUs whose package id is unknown, given one from their package's CPU list.
+
+    A package another of its CPUs names keeps that id; the others are numbered
+    after the known ids, in the order of their lowest CPU (as lscpu does).
+    """
+    lists: dict[int, frozenset[int]] = {}
+    for cpu in sorted(cpus):
+        if cpus[cpu].online and cpus[cpu].package is None and cpu in dirs:
+            topology = _join(dirs[cpu], "topology")
+            names = reader.listing(topology) or ()
+            members = reader.cpus(*(_join(topology, name) for name in _PACKAGE_FILES if name in names))
+            if members:
+                lists[cpu] = members | {cpu}
+    known = {cpu.id: cpu.package for cpu in cpus.values() if cpu.package is not None}
+    next_id = max(known.values(), default=-1) + 1
+    numbers: dict[frozenset[int], int] = {}
+    for members in lists.values():
+        if members not in numbers:
+            named = sorted(known[member] for member in members if member in known)
+            numbers[members] = named[0] if named else next_id
+            next_id += not named
+    return {cpu: replace(cpus[cpu], package=numbers[members]) for cpu, members in lists.items()}
 
 
 def read_boot_settings(procfs_root: Path) -> BootCpuSettings:

@@ -1,20 +1,6 @@
 """Watching for change, event-driven: the plugin directory, and CPUs going offline or online.
 
-- Plugin directory (watchdog/inotify): the kubelet creating ``kubelet.sock``
-  or deleting a socket means it restarted.
-- CPUs on the real ``/sys``: sysfs attributes never raise inotify events, but
-  the kernel sends a uevent (``online@``/``offline@/devices/system/cpu/cpuN``)
-  on its NETLINK_KOBJECT_UEVENT socket. The kernel delivers uevents to every
-  network namespace owned by the initial user namespace, so a pod's own
-  network namespace receives them: no ``hostNetwork`` needed (a pod with
-  ``hostUsers: false`` would not; a test proves both the delivery and that
-  the socket is bound before the watcher starts). If the socket cannot be
-  opened at all, ``cpu/online`` is read every :data:`POLL_SECONDS` instead
-  (one small read; logged).
-- CPUs under any other root (a dump copied into a temporary directory):
-  inotify on the ``cpu`` folder (recursively) sees writes to ``cpu/online``
-  and ``cpuN/online``. Only close-after-write, create and move events are
-  asked for, so the daemon's own reads of sysfs files never wake it.
+Why it works this way: ``docs/watchers.md``.
 """
 
 from __future__ import annotations

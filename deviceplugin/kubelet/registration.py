@@ -20,7 +20,7 @@ import grpc
 from api.constants import API_VERSION
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.events import Events
+from deviceplugin.events import Events, Registered, RegisterFailed
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,8 @@ class Registrar:
         self._registered: dict[str, tuple[int, int] | None] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._started = False
+        #: a RegisterFailed was emitted and no pool has registered since: one line per outage, not per pool
+        self._outage = False
 
     def start(self) -> None:
         with self._lock:
@@ -188,7 +190,6 @@ class Registrar:
 
     def _run(self, registration: Registration) -> None:
         delay = FIRST_DELAY
-        complained = False
         while not self._cancel.is_set():
             try:
                 register(self._kubelet_socket, registration,
@@ -197,14 +198,11 @@ class Registrar:
                 log.debug("%s: its socket is gone, not registering it from this server", registration.resource)
                 return
             except RegisterError as err:
-                if not complained:  # one line per outage, not one per retry
-                    self._events.emit(
-                        "register_failed",
-                        f"cannot register {registration.resource} at {self._kubelet_socket} "
-                        f"({err.code}: {err.details}); retrying with backoff up to {MAX_DELAY:.0f} s",
-                        level=logging.WARNING, resource=registration.resource,
-                        kubelet_socket=str(self._kubelet_socket), code=err.code, details=err.details)
-                    complained = True
+                with self._lock:
+                    first, self._outage = not self._outage, True
+                if first:  # one line per outage, not one per retry or per pool
+                    self._events.emit(RegisterFailed(registration.resource, str(self._kubelet_socket),
+                                                     err.code, err.details, MAX_DELAY))
                 self._backoff(delay)
                 delay = min(delay * 2, MAX_DELAY)
                 continue
@@ -213,9 +211,7 @@ class Registrar:
             identity = socket_identity(self._kubelet_socket)
             with self._lock:
                 self._registered[registration.resource] = identity
+                self._outage = False
             preferred = registration.options.get_preferred_allocation_available
-            self._events.emit("registered", f"registered {registration.resource} with the kubelet "
-                              f"(endpoint {registration.endpoint}, preferred allocation {'on' if preferred else 'off'})",
-                              resource=registration.resource, endpoint=registration.endpoint,
-                              preferred_allocation=preferred)
+            self._events.emit(Registered(registration.resource, registration.endpoint, preferred))
             return

@@ -32,7 +32,13 @@ from api.health.v1 import health_pb2, health_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.errors import CmkError
-from deviceplugin.events import Events
+from deviceplugin.events import (
+    Allocated,
+    AllocateRefused,
+    Events,
+    PreferredAllocation,
+    PreferredAllocationRefused,
+)
 from deviceplugin.model.answers import (
     ContainerAnswer,
     DeviceRequestError,
@@ -211,7 +217,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                                context: grpc.ServicerContext) -> pb.PreferredAllocationResponse:
         start = time.perf_counter()
         devices = self._devices
-        where: dict[str, object] = {"pool": str(devices.pool), "resource": devices.resource}
+        pool = str(devices.pool)
         if not devices.preferred_allocation:
             context.abort(grpc.StatusCode.UNIMPLEMENTED,
                           f"{devices.resource}: slots are interchangeable, preferred allocation is not offered")
@@ -221,21 +227,19 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                 chosen = self._prefer(devices.cores, list(req.available_deviceIDs),
                                       list(req.must_include_deviceIDs), req.allocation_size)
             except ValueError as err:
-                self._events.emit("preferred_allocation_refused", f"refused preferred allocation: {err}",
-                                  level=logging.WARNING, **where, error=str(err),
-                                  seconds=time.perf_counter() - start)
+                self._events.emit(PreferredAllocationRefused(pool, devices.resource, str(err),
+                                                             time.perf_counter() - start))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{devices.resource}: {err}")
-            self._events.emit("preferred_allocation", f"preferred {' '.join(chosen)} for {devices.resource}",
-                              level=logging.DEBUG, **where, available=list(req.available_deviceIDs),
-                              must_include=list(req.must_include_deviceIDs), size=req.allocation_size,
-                              chosen=chosen, seconds=time.perf_counter() - start)
+            self._events.emit(PreferredAllocation(pool, devices.resource, tuple(req.available_deviceIDs),
+                                                  tuple(req.must_include_deviceIDs), req.allocation_size,
+                                                  tuple(chosen), time.perf_counter() - start))
             responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
         start = time.perf_counter()
         devices = self._devices
-        where: dict[str, object] = {"pool": str(devices.pool), "resource": devices.resource}
+        pool = str(devices.pool)
         responses = []
         for req in request.container_requests:
             ids = list(req.devices_ids)
@@ -243,12 +247,11 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                 answer = allocate_answer(devices, ids, install_dir=self._install_dir,
                                          cdi=self._cdi)
             except DeviceRequestError as err:
-                self._events.emit("allocate_refused", f"refused allocation: {err}", level=logging.WARNING,
-                                  **where, devices=ids, error=str(err), seconds=time.perf_counter() - start)
+                self._events.emit(AllocateRefused(pool, devices.resource, tuple(ids), str(err),
+                                                  time.perf_counter() - start))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             cpus = format_cpu_list(devices.cpus_of(ids))
-            self._events.emit("allocated", f"allocated {devices.resource} {','.join(ids)}: CPUs {cpus}",
-                              level=logging.INFO, **where, devices=ids, cpus=cpus, seconds=time.perf_counter() - start)
+            self._events.emit(Allocated(pool, devices.resource, tuple(ids), cpus, time.perf_counter() - start))
             responses.append(answer_message(answer))
         return pb.AllocateResponse(container_responses=responses)
 

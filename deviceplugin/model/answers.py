@@ -4,19 +4,7 @@ Stateless on purpose: the kubelet never says when devices are freed and
 reuses an init container's devices for app containers, so the IDs alone
 must be enough, and answering the same IDs twice gives the same answer.
 
-One container may hold devices of several pools, and the kubelet merges the
-plugins' answers keeping the first value of each env name and mount path.
-So every pool sets its own env name, and the one mount every pool adds (the
-pinner's install dir at ``/opt/bin``) is identical in all of them.
-
-CDI: with CDI on, every answer also names the CDI device of each of its
-device IDs (``cmk.intel.com/cpus=cpus-1.9``, or the slot pool's
-``cmk.intel.com/cpus=shared``; see :mod:`deviceplugin.host.cdi`), whose hook
-carries those CPUs and confines the container from the runtime side. The env
-is for the in-container pinner only: a pod can set the same names itself, so
-nothing that enforces CPUs reads it. The names are pure functions of the
-IDs (:func:`cdi_device_names`); ``deviceplugin.host.cdi`` writes the spec
-that declares the same names.
+Why it works this way: ``docs/answers.md``.
 """
 
 from __future__ import annotations
@@ -26,14 +14,14 @@ from dataclasses import dataclass
 
 from deviceplugin.model.devices import PoolDevices
 from deviceplugin.model.plan import CORE_POOLS, Pool
+from pinner.contract import POOLS as PINNER_POOLS
 from pinner.cpulist import format_cpu_csv
-from pinner.isolate import POOLS as PINNER_POOLS
 
 #: Where the pinner (``cmk isolate``) appears inside every container.
 PINNER_CONTAINER_DIR = "/opt/bin"
 
 #: pool -> the env variable its Allocate answer sets: the pinner's own table, so both sides agree
-ENV_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value][0] for pool in Pool}
+ENV_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value].env for pool in Pool}
 
 
 #: The CDI kind of the daemon's devices (``deviceplugin.host.cdi`` writes the spec declaring them).
@@ -44,9 +32,14 @@ def cdi_device(devices: PoolDevices, device_id: str) -> str:
     """The spec's device for one kubelet device ID: the ID itself for a core, the pool for a slot.
 
     Every slot of a pool carries the pool's CPUs, so one device per slot pool
-    keeps the spec O(cores) however many slots are advertised.
+    keeps the spec O(cores) however many slots are advertised; NUMA-local slots
+    carry their node's pool CPUs, so each node's slots share one device (``shared-n1``).
     """
-    return device_id if devices.pool in CORE_POOLS else devices.pool.value
+    if devices.pool in CORE_POOLS:
+        return device_id
+    device = devices.devices.get(device_id)
+    node = device.slot_node if device is not None else None
+    return devices.pool.value if node is None else f"{devices.pool.value}-n{node}"
 
 
 def cdi_device_names(devices: PoolDevices, ids: Sequence[str]) -> tuple[str, ...]:

@@ -5,22 +5,7 @@ inside a container, so the daemon needs no privilege to see what runs where.
 :mod:`deviceplugin.host.procstats` reads the files; everything here works on their
 text and on plain values, so tests feed it counters they know.
 
-- Busy time is ``user + nice + system + irq + softirq`` (the guest columns are
-  already inside ``user``/``nice``; ``steal`` is time the hypervisor ran
-  someone else, ``iowait`` is idle waiting): what ran on the CPU.
-- Interrupts are split by kind: ``device`` for the numbered lines (hardware
-  IRQs, which ``smp_affinity`` can steer off isolated CPUs) and ``local`` for
-  the named per-CPU lines (timer, IPIs, ...), which no affinity moves.
-- Softirqs are split the same way: ``device`` for those raised on behalf of
-  devices and drivers (``NET_RX`` on an isolated CPU means a NIC queue is
-  served there), ``local`` for timer, hrtimer, sched and rcu. Two series per
-  CPU rather than ten keep a 1,024-CPU node's scrape small (see
-  ``benchmarks/scrape.py``); ``/proc/softirqs`` has the types.
-
-Counters go out as counters (Prometheus takes rates); ``cmk describe`` takes
-a rate between two samples with :func:`rates`. A counter that went down
-between two samples (the kernel does not reset them, but a dump swapped
-under us could) counts from zero, as Prometheus' ``rate`` does.
+Why it works this way: ``docs/cpustats.md``.
 """
 
 from __future__ import annotations

@@ -4,38 +4,7 @@ A snapshot is a *device tree* (resource name -> :class:`PoolDevices`), built
 from the pool plan and the set of online CPUs. The daemon rebuilds it when
 CPUs go offline or online and diffs it against the one it serves.
 
-Device IDs never move: the kubelet's checkpoint keeps the IDs it handed out
-and counts any ID advertised anew as free, so a core renamed across a daemon
-restart, kubelet restart, reboot or upgrade would be handed out twice.
-
-- core pools (``exclusive``, ``exclusive-non-isolcpus``): one device per
-  physical core, named by what the kernel says about the core's *place*,
-  which its online threads report the same whichever of them are offline:
-  ``core-n<NUMA node>-p<package>[-d<die>]-c<core_id>``, e.g. ``core-n0-p0-c1``
-  for threads 1 and 9 of CMK's Xeon D, with CPU 9 online or not. Unknown
-  parts (package -1 on POWER/s390, no node) are left out, ``-d`` only for a
-  die other than 0 (so kernels before ``die_id`` name the same cores alike).
-  Where the kernel's ids do not tell cores apart (a ``core_id`` repeated
-  inside one package and node, as on ia64 and s390, or no ``core_id`` at
-  all) the core is named by its CPUs, ``cpus-`` + its CPU list with ``,``
-  written as ``.`` (``cpus-3``); the dumps that do this have one thread per
-  core, so nothing can be offline inside one. This CPU-list form is also
-  the scheme of releases before 2026-12: :func:`legacy_core_cpus` reads it
-  back so that an upgraded daemon keeps cores the kubelet still holds under
-  an old ID out of every pool (:mod:`deviceplugin.model.withheld`).
-- slot pools (``shared``, ``infra``): ``shared-000`` ... ``shared-109``
-  (zero-padded to at least three digits so they sort as numbers), each
-  giving the whole pool; with slot scope ``numa-node`` each NUMA node's
-  slots apart, ``shared-n1-000`` ..., each giving that node's pool CPUs and
-  carrying only that node (:class:`deviceplugin.model.plan.SlotScope`).
-
-Nothing but :func:`legacy_core_cpus` reads meaning from an ID's text: the
-cores behind IDs come from :attr:`PoolDevices.cores`. Every ID is at most 63
-characters and a valid CDI device name (``[A-Za-z0-9][A-Za-z0-9_.:-]*``).
-
-Health: a device is Unhealthy while any of its CPUs is offline. A slot's
-CPUs are the whole pool's, so one offline CPU makes every slot of its pool
-Unhealthy: a container admitted then would be told a CPU set it cannot use.
+Why it works this way: ``docs/device-model.md``.
 """
 
 from __future__ import annotations
@@ -66,6 +35,8 @@ class Device:
     cpus: frozenset[int]
     numa_nodes: frozenset[int]
     healthy: bool
+    #: the NUMA node of a NUMA-local slot (slot scope ``numa-node``), whose CDI device is that node's alone
+    slot_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -173,7 +144,7 @@ def pool_devices(plan: PoolPlan, pool: Pool, online: frozenset[int],
             cpus = frozenset(cpu for core in kept for cpu in core.cpus)
             nodes, healthy = _nodes(group), bool(cpus) and cpus <= online
             count = plan.slots.get(pool, DEFAULT_SLOTS)
-            devices.update((i, Device(i, cpus, nodes, healthy)) for i in slot_device_ids(pool, count, node))
+            devices.update((i, Device(i, cpus, nodes, healthy, node)) for i in slot_device_ids(pool, count, node))
     return PoolDevices(pool, RESOURCE_NAMES[pool], MappingProxyType(devices), MappingProxyType(by_id))
 
 

@@ -2,46 +2,7 @@
 
 Pure: a function of the topology and the pool flags, no I/O; ``cmk host-config`` prints it.
 
-**Which CPUs to isolate.** The pool plan takes ``exclusive`` and ``shared``
-from the isolated cores when ``isolcpus`` is set, so planning on the machine
-as booted would only echo its current ``isolcpus``. The question here is what
-``isolcpus`` the node *should* get for the requested pool sizes, so the plan
-is made on the same topology with its isolation removed: the planner's
-no-isolation fallback then carves exclusive and shared from all cores while
-infra keeps the core of the lowest online CPU (the kernel's housekeeping CPU),
-and excl-non-isolcpus keeps the cores it names. Booting with ``isolcpus=``
-set to exactly the exclusive and shared CPUs of that plan makes the isolated
-plan pick the same cores: with isolation, exclusive takes the isolated cores
-shared does not take, so defaults (4 exclusive + 1 shared, clipped to the
-machine) and explicit sizes both land on the same CPUs. The tests check this
-by planning again on a fixture copy booted with the printed line.
-
-**Kubelet reservation.** With ``cpuManagerPolicy: none`` the kubelet pins
-nothing, and the scheduler's ``cpu`` accounting is one number per node:
-allocatable = online CPUs - reserved. A pod on exclusive cores must request
-``cpu`` equal to its cores' threads (a Guaranteed pod's CFS quota equals its
-request, and a smaller quota would throttle it on its own cores), and pods in
-shared and infra request their CFS share, so every CPU a pool serves must stay
-in allocatable; reserving all non-infra CPUs instead would make a Guaranteed
-exclusive pod charge its cores against the infra CPUs and not fit on a small
-node. What pods can never use is the host's own work (kernel housekeeping,
-systemd, kubelet, runtime), which the drop-ins confine to the infra CPUs; so
-``reservedSystemCPUs`` names the infra cores the host is expected to keep busy
-(default: one, the housekeeping core of the lowest infra CPU) and the
-scheduler's ``cpu`` accounting sees the host only on infra CPUs. An explicit
-CPU list rather than ``systemReserved: cpu`` keeps the number in whole cores
-and lets the reader check it against ``cmk describe``'s infra pool.
-
-**Drop-ins.** ``CPUAffinity=`` in ``system.conf`` sets PID 1's affinity, which
-every service inherits (cgroup v1 and v2); ``AllowedCPUs=`` on ``system.slice``
-and ``user.slice`` fences them with the cpuset controller (cgroup v2 only). The
-container runtime gets its own drop-in because its per-container monitors
-(containerd-shim, conmon) may live in pod cgroups outside ``system.slice``,
-where only the affinity inherited from the runtime keeps them on infra.
-Containers then start with that affinity unless the runtime resets it (runc
-1.3.1+, crun 1.10+; since Linux 6.2 joining a cpuset no longer does): the
-pinner and the CDI hook set each container's affinity from its cpuset
-themselves, so any runtime version works.
+Why it works this way: ``docs/host-config.md``.
 """
 
 from __future__ import annotations
@@ -221,10 +182,15 @@ def host_config_data(config: HostConfig) -> dict[str, Any]:
     }
 
 
+def _cpus_noun(cpu_list: str) -> str:
+    """"CPU" or "CPUs" for a cpu list, so "exclusive on CPU 1" never reads as a count."""
+    return "CPU" if cpu_list.isdigit() else "CPUs"
+
+
 def render_text(config: HostConfig) -> str:
     """A person's view: each setting under the file or place it goes, ready to paste."""
     data = host_config_data(config)
-    pools = ", ".join(f"{pool} {cpus}" for pool, cpus in data["pools"].items() if cpus)
+    pools = "; ".join(f"{pool} on {_cpus_noun(cpus)} {cpus}" for pool, cpus in data["pools"].items() if cpus)
     lines = [f"# Pools once configured: {pools}", ""]
     lines += [
         "## Kernel command line: append to GRUB_CMDLINE_LINUX, update-grub, reboot",

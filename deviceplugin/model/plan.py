@@ -2,22 +2,7 @@
 
 CMK's semantics, kept so its users' flags mean what they meant:
 
-- ``exclusive`` and ``shared`` are carved from *isolated* cores (a core is
-  isolated only when all its online threads are in ``isolcpus``; a partly
-  isolated core is reported and left out of every pool), ``infra`` holds the
-  non-isolated cores, and ``exclusive-non-isolcpus`` the non-isolated cores
-  named with ``--excl-non-isolcpus``.
-- With no isolated CPUs at all, CMK's fallback carves every pool from all
-  cores. Infra then keeps the core of the lowest online CPU (where the
-  kernel's housekeeping runs) and at least that one core, always.
-- Candidates are ranked first by SST-CP (energy performance preference:
-  performance > balance_performance > balance_power > power) and SST-BF
-  (higher base frequency first), each only where the values differ across
-  cores, then ordered by mode: ``packed`` fills one NUMA node/socket before
-  the next, ``spread`` round-robins across them. Exclusive takes first,
-  shared takes next, infra keeps the rest.
-
-An impossible plan raises :class:`PlanError` and never yields a partial plan.
+Why it works this way: ``docs/pool-plan.md``.
 """
 
 from __future__ import annotations
@@ -29,8 +14,8 @@ from itertools import groupby, zip_longest
 
 from deviceplugin.errors import CmkError
 from deviceplugin.model.topology import Core, Topology
+from pinner.contract import POOLS as PINNER_POOLS
 from pinner.cpulist import format_cpu_list
-from pinner.isolate import POOLS as PINNER_POOLS
 
 
 class Pool(StrEnum):
@@ -60,7 +45,7 @@ class SlotScope(StrEnum):
 
 
 #: pool -> extended resource name, from the contract table the pinner reads too
-RESOURCE_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value][1] for pool in Pool}
+RESOURCE_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value].resource for pool in Pool}
 
 #: Pools whose devices are whole cores (one device per core); the others advertise slots.
 CORE_POOLS = frozenset({Pool.EXCLUSIVE, Pool.EXCLUSIVE_NON_ISOLCPUS})

@@ -4,37 +4,7 @@ A pure function of (cores, available, must_include, size), like NVIDIA's
 allocator, so the gRPC server only converts protobuf and the kubelet
 stand-in, the tests and the placement benchmark call the very same code.
 
-First, the narrowest *scope* that holds the whole request wins: one NUMA
-node and one L3 cache group, else one node, else one L3 group (where an L3
-spans nodes, as on memory-side-cache machines), each only if it needs no
-more NUMA nodes than the request needs anyway and holds every
-``must_include`` device. So no request is split across nodes or L3 groups
-while a group with room exists. Among the groups that hold it, the one in
-the NUMA node with the *fewest* free devices, then the group with the
-fewest, is taken (a best fit at both levels, so that big groups keep room
-for big requests).
-
-Then, inside that scope (or over all free devices when none holds the
-request), the choice descends a short list of *levels* — NUMA node, then
-L3 cache group inside it, then single cores. At each level one greedy loop
-splits the count over the groups, asking an ordered list of named
-*strategies* which group to take from next:
-
-1. ``already-used``: a group that already holds a ``must_include`` device
-   (or was chosen earlier in this request) costs no extra node or cache,
-   so its free devices go first.
-2. ``best-fit``: the group with the *fewest* free devices that still holds
-   the rest of the request, so big groups keep room for big requests.
-3. ``largest-first``: nothing holds the rest, so take every free device of
-   the group with the *most*; repeating this uses the fewest groups.
-
-Ties go to the lowest group key (NUMA node id; first CPU of the L3
-group), and inside a group to the core with the lowest first CPU. Keys
-are properties of the cores, never positions in ``available``, so the
-answer does not depend on the order the kubelet lists the IDs in.
-
-A CPU with no NUMA node or L3 information counts as one group
-(key -1) at that level: missing information does not split a request.
+Why it works this way: ``docs/preferred-allocation.md``.
 """
 
 from __future__ import annotations

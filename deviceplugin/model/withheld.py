@@ -1,25 +1,6 @@
 """Cores kept out of every pool while the kubelet still holds them elsewhere. Pure values, no I/O.
 
-The kubelet's checkpoint keeps every device ID it handed out until the pod
-is gone, and counts any ID the plugin advertises anew as free. So when the
-daemon starts with a plan or an ID scheme that differs from the one those
-IDs were handed out under, a core still held by a running container could
-go to a second one:
-
-- **upgrade**: the container holds ``cpus-1.9`` (the CPU-list IDs of releases
-  before 2026-12) and the daemon now advertises that core as
-  ``core-n0-p0-c1``, which the kubelet counts as free;
-- **plan change, core pool**: the container holds ``core-n0-p0-c1`` of
-  ``exclusive-cores`` and the new plan puts that core into ``infra``;
-- **plan change, slot pool**: containers hold ``shared`` slots, which gave
-  them the shared pool's CPUs of the *previous* plan (``slot_cpus``, the
-  record the daemon keeps), and the new plan moves one of those cores into
-  ``exclusive``.
-
-Each such core is *withheld*: it is in no pool's devices (a core device is
-not advertised, a slot pool's CPUs leave it out) until the holder is gone.
-A core the new plan keeps in the holder's own pool is not withheld: the
-kubelet knows that device is taken, and slots of one pool share by design.
+Why it works this way: ``docs/withheld.md``.
 """
 
 from __future__ import annotations

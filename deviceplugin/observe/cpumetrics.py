@@ -4,19 +4,7 @@ Every series carries ``cpu``, ``pool`` (``none`` for a CPU in no pool),
 ``numa_node`` and ``isolated`` (``true`` for the kernel's ``isolcpus``), so a
 rule can ask about a pool, a node or the isolated CPUs with one matcher:
 
-- ``cmk_cpu_busy_seconds_total``: busy time (see :mod:`deviceplugin.model.cpustats`).
-- ``cmk_cpu_interrupts_total{kind="device"|"local"}`` and
-  ``cmk_cpu_softirqs_total{kind="device"|"local"}``: the kernel's counters,
-  summed per kind (:mod:`deviceplugin.model.cpustats` says which row is which).
-- ``cmk_cpu_held``: 1 while a container holds the CPU (pod resources; a held
-  slot holds its whole pool); absent while the kubelet cannot be read.
-- ``cmk_cpu_unheld_busy_seconds_total``, on exclusive-pool CPUs only: busy
-  time between two scrapes at both of which no container held the CPU.
-  Something the kubelet does not know of runs there (a leak). Counted by the
-  daemon, since only it sees holdings and counters side by side; not counted
-  over an interval in which the kubelet could not be read.
-- ``cmk_cpu_stats_up``: 0 when procfs could not be read (the CPU series are
-  then left out, not reported as 0).
+Why it works this way: ``docs/cpumetrics.md``.
 """
 
 from __future__ import annotations

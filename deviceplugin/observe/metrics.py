@@ -3,37 +3,12 @@
 A registry per daemon, so tests and two daemons in one process never share
 counters. Two kinds of series:
 
-- Counted as they happen, fed by :class:`deviceplugin.events.Events`
-  (:meth:`Metrics.on_event`): ``cmk_registrations_total{resource}``,
-  ``cmk_kubelet_restarts_total``, ``cmk_allocate_duration_seconds{pool}`` and
-  ``cmk_preferred_allocation_duration_seconds{pool}`` histograms,
-  ``cmk_allocate_errors_total{pool}``, ``cmk_preferred_allocation_errors_total{pool}``.
-- Read at scrape time (:class:`PoolCollector`), so they are never stale:
-  ``cmk_pool_capacity_devices``, ``cmk_pool_allocatable_devices`` (healthy),
-  ``cmk_pool_unhealthy_devices``, ``cmk_pool_registered`` (1 while registered
-  with the kubelet now listening *and* that kubelet holds the pool's
-  ListAndWatch stream: after the kubelet ends a stream it reads 0 until the
-  pool registered again) from the daemon's own device tree;
-  ``cmk_pool_cpus{pool,numa_node}`` from the plan; and
-  ``cmk_pool_allocated_devices`` from the kubelet's pod resources ``List``
-  with a short timeout. When the kubelet is away (socket missing, no answer
-  in time) that one series is left out of the scrape rather than reported
-  as 0 (nothing allocated would be a lie), and ``cmk_pod_resources_up`` is 0.
-  Devices held only by a plain init container are not counted: ``List``
-  omits plain init containers (sidecars are listed), and no other kubelet
-  API names them (a documented gap).
-- Set at start: ``cmk_config_fallback`` (1 while the daemon refused its
-  config and serves the last good plan).
-
-Pool series carry ``pool`` and ``resource`` labels (``cmk_pool_cpus``: ``pool``
-and ``numa_node``) and exist only for the pools the daemon serves. Given a
-:class:`deviceplugin.observe.cpumetrics.CpuCollector`, the scrape also carries the
-per-CPU isolation series, sharing the one pod resources read.
+Why it works this way: ``docs/metrics.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,6 +23,15 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from deviceplugin.errors import CmkError
+from deviceplugin.events import (
+    Allocated,
+    AllocateRefused,
+    Event,
+    KubeletRestart,
+    PreferredAllocation,
+    PreferredAllocationRefused,
+    Registered,
+)
 from deviceplugin.kubelet.podresources import (
     DEFAULT_TIMEOUT,
     Unavailable,
@@ -170,20 +154,23 @@ class Metrics:
                 self.preferred_errors.labels(pool)
         registry.register(collector)
 
-    def on_event(self, event: str, fields: Mapping[str, object]) -> None:
+    def on_event(self, event: Event) -> None:
         """An :data:`deviceplugin.events.Listener`: count and time what the daemon reports."""
-        if event == "registered":
-            self.registrations.labels(fields["resource"]).inc()
-        elif event == "kubelet_restart":
-            self.kubelet_restarts.inc()
-        elif event in ("allocated", "allocate_refused"):
-            self.allocate_seconds.labels(fields["pool"]).observe(float(fields["seconds"]))  # type: ignore[arg-type]
-            if event == "allocate_refused":
-                self.allocate_errors.labels(fields["pool"]).inc()
-        elif event in ("preferred_allocation", "preferred_allocation_refused"):
-            self.preferred_seconds.labels(fields["pool"]).observe(float(fields["seconds"]))  # type: ignore[arg-type]
-            if event == "preferred_allocation_refused":
-                self.preferred_errors.labels(fields["pool"]).inc()
+        match event:
+            case Registered(resource=resource):
+                self.registrations.labels(resource).inc()
+            case KubeletRestart():
+                self.kubelet_restarts.inc()
+            case Allocated(pool=pool, seconds=seconds):
+                self.allocate_seconds.labels(pool).observe(seconds)
+            case AllocateRefused(pool=pool, seconds=seconds):
+                self.allocate_seconds.labels(pool).observe(seconds)
+                self.allocate_errors.labels(pool).inc()
+            case PreferredAllocation(pool=pool, seconds=seconds):
+                self.preferred_seconds.labels(pool).observe(seconds)
+            case PreferredAllocationRefused(pool=pool, seconds=seconds):
+                self.preferred_seconds.labels(pool).observe(seconds)
+                self.preferred_errors.labels(pool).inc()
 
 
 @contextmanager

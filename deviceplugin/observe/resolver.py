@@ -16,10 +16,10 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from deviceplugin.events import Events
+from deviceplugin.events import Allocated, AllocationResolved, Event, Events
 from deviceplugin.kubelet.podresources import Unavailable, read_assignments
 from deviceplugin.model.assignments import Holding
 
@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 #: Seconds to wait before each look-up: admission usually completes within the first.
 DELAYS = (0.5, 1.0, 2.0, 4.0)
 
-#: (look-ups made, monotonic time the next is due, the ``allocated`` event's fields)
-_Pending = tuple[int, float, Mapping[str, object]]
+#: (look-ups made, monotonic time the next is due, the allocation)
+_Pending = tuple[int, float, Allocated]
 
 
 class AllocationResolver:
@@ -41,7 +41,7 @@ class AllocationResolver:
         self._socket = socket
         self._delays = tuple(delays)
         self._timeout = timeout
-        self._queue: queue.Queue[Mapping[str, object] | None] = queue.Queue()
+        self._queue: queue.Queue[Allocated | None] = queue.Queue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cmk-resolver", daemon=True)
 
@@ -53,20 +53,20 @@ class AllocationResolver:
         self._queue.put(None)
         self._thread.join()
 
-    def on_event(self, event: str, fields: Mapping[str, object]) -> None:
-        if event == "allocated":
-            self._queue.put(dict(fields))
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, Allocated):
+            self._queue.put(event)
 
     def _take(self, pending: list[_Pending], block: bool) -> None:
         """Move queued allocations into ``pending``, each due for its first look-up after ``delays[0]``."""
         while True:
             try:
-                fields = self._queue.get(block=block)
+                allocated = self._queue.get(block=block)
             except queue.Empty:
                 return
-            if fields is None:
+            if allocated is None:
                 return
-            pending.append((0, time.monotonic() + self._delays[0], fields))
+            pending.append((0, time.monotonic() + self._delays[0], allocated))
             block = False
 
     def _run(self) -> None:
@@ -89,27 +89,24 @@ class AllocationResolver:
     def _after_lookup(self, pending: list[_Pending], holdings: Sequence[Holding], now: float) -> list[_Pending]:
         """Drop the resolved; an allocation not yet due keeps its attempts (another's turn came)."""
         still: list[_Pending] = []
-        for attempts, due, fields in pending:
-            if self._resolve(fields, holdings):
+        for attempts, due, allocated in pending:
+            if self._resolve(allocated, holdings):
                 continue
             if due > now:
-                still.append((attempts, due, fields))
+                still.append((attempts, due, allocated))
                 continue
             attempts += 1
             if attempts >= len(self._delays):
-                log.debug("allocation of %s %s never appeared in pod resources", fields["resource"], fields["devices"])
+                log.debug("allocation of %s %s never appeared in pod resources", allocated.resource,
+                          ",".join(allocated.devices))
                 continue
-            still.append((attempts, now + self._delays[attempts], fields))
+            still.append((attempts, now + self._delays[attempts], allocated))
         return still
 
-    def _resolve(self, fields: Mapping[str, object], holdings: Sequence[Holding]) -> bool:
-        resource, ids = str(fields["resource"]), set(fields["devices"])  # type: ignore[call-overload]
-        holders = [h for h in holdings if h.resource == resource and ids <= set(h.device_ids)]
+    def _resolve(self, allocated: Allocated, holdings: Sequence[Holding]) -> bool:
+        ids = set(allocated.devices)
+        holders = [h for h in holdings if h.resource == allocated.resource and ids <= set(h.device_ids)]
         for h in holders:
-            self._events.emit(
-                "allocation_resolved",
-                f"{resource} {','.join(h.device_ids)} (CPUs {fields['cpus']}) held by "
-                f"{h.namespace}/{h.pod} container {h.container}",
-                pool=fields["pool"], resource=resource, devices=list(h.device_ids), cpus=fields["cpus"],
-                namespace=h.namespace, pod=h.pod, container=h.container)
+            self._events.emit(AllocationResolved(allocated.pool, allocated.resource, tuple(h.device_ids),
+                                                 allocated.cpus, h.namespace, h.pod, h.container))
         return bool(holders)

@@ -1,19 +1,6 @@
 """What the kubelet does at container starts, kubelet restarts and by version (pure).
 
-- **Every container start replays the cached answers.** Allocate runs once,
-  at admission; each start and restart of the container (and every start after
-  a kubelet restart) merges the checkpointed answers again, walking the
-  resources in Go map order (random), with the first-wins merge of
-  ``answers.merge_answers``. No plugin is called.
-- **CDI names** reach the runtime only while the ``DevicePluginCDIDevices``
-  gate is on (alpha and off by default in 1.28, beta and on in 1.29, GA and
-  locked on from 1.31); with it off they are dropped silently.
-- **The endpoint cleanup.** Once a resource's endpoint is deleted (its stream
-  ended and the grace period passed without a registration), a start of a
-  container holding the resource fails with the kubelet's message.
-- **Re-admission after a kubelet restart.** A container not reported
-  running goes through ``devicesToAllocate`` again: it fails while its plugin
-  has no healthy device, or when a device it holds is not healthy now.
+Why it works this way: ``docs/standin-lifecycle.md``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,6 @@
 """The kubelet's Topology Manager as far as device plugins meet it (pure, container scope).
 
-Read from ``pkg/kubelet/cm/topologymanager`` (policy merge, the four
-policies) and ``pkg/kubelet/cm/devicemanager`` (``topology_hints.go``,
-``devicesToAllocate``, ``filterByAffinity``). With CPU manager policy
-``none`` and no memory manager, the device manager is the only hint
-provider, so per container:
-
-1. each requested device resource gives hints (:func:`resource_hints`):
-   ``None`` when none of its devices has a non-empty TopologyInfo (no
-   preference), ``[]`` when too few devices are free (no possible
-   affinity), else one hint per NUMA node mask that can hold the request,
-   preferred when the mask is as small as any mask that could hold it on an
-   empty node;
-2. the policy merges them (:func:`merge`): every combination of one hint
-   per resource is ANDed; a preferred merged hint beats a non-preferred one,
-   then the narrower (fewer nodes, then the lower mask) wins.
-   ``single-numa-node`` first drops hints spanning several nodes, and turns a
-   result covering every node into "any node". ``restricted`` and
-   ``single-numa-node`` reject a non-preferred result (``TopologyAffinityError``);
-   ``best-effort`` admits it; ``none`` gives no hint at all;
-3. the device manager picks devices with the hint (:func:`split_by_affinity`
-   and the stand-in's ``choose_aligned_devices``).
-
-Not modelled: the pod scope, the ``prefer-closest-numa-nodes`` option (NUMA
-distances), the CPU and memory managers as hint providers, and the 8-node
-limit. Between two non-preferred merged hints the narrower wins, as before
-Kubernetes 1.26 (later releases weigh them by the narrowest preferred count).
+Why it works this way: ``docs/standin-topology-manager.md``.
 """
 
 from __future__ import annotations

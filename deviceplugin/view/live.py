@@ -5,15 +5,7 @@ Device IDs are mapped back to CPUs through the daemon's own device model
 flags), never by parsing IDs, so slot devices (``shared-004``) resolve to
 their pool's CPUs exactly as Allocate answered.
 
-A device is unhealthy when one of its CPUs is offline in the topology the
-tree was built from, or when the kubelet does not count it allocatable
-(``GetAllocatableResources``; a pool whose plugin is not registered has no
-allocatable devices at all). Free = healthy and held by no container.
-
-The daemon plans once, at its start; ``cmk describe`` plans from the CPUs
-online now. A core keeps its ID while one of its threads is offline (IDs
-name a core's place, see :mod:`deviceplugin.model.devices`), so both agree
-on IDs; a note names the offline CPUs.
+Why it works this way: ``docs/live-view.md``.
 """
 
 from __future__ import annotations
@@ -121,7 +113,7 @@ def _free_cell(pool: Mapping[str, Any]) -> str:
 def render_live(live: Mapping[str, Any]) -> list[str]:
     """Table lines for the live section (a one-line note when the kubelet could not be read)."""
     if not live["available"]:
-        return [f"live view unavailable: {live['reason']} (showing the plan only)"]
+        return [f"live view unavailable (showing the plan only): {live['reason']}"]
     lines = [f"Live (kubelet pod resources at {live['socket']})"]
     rows = [["POOL", "ALLOCATED", "FREE", "UNHEALTHY", "FREE PER NUMA NODE"]]
     rows += [[p["pool"], f"{p['allocated']}/{p['capacity']}", str(p["free"]), str(p["unhealthy"]), _free_cell(p)]

@@ -35,8 +35,8 @@ from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from deviceplugin.standin.answers import ContainerAnswer
 from pinner import hook
+from pinner.contract import ENV_NAMES, LIST_HINT
 from pinner.cpulist import format_cpu_list, parse_cpu_list
-from pinner.isolate import LIST_HINT, POOLS
 from tests.e2e.podman import env_flags, podman, run
 
 pytestmark = pytest.mark.e2e
@@ -44,7 +44,6 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_CDI_DIR = Path("/var/run/cdi")
 NON_ISOL, INFRA = RESOURCE_NAMES[Pool.EXCLUSIVE_NON_ISOLCPUS], RESOURCE_NAMES[Pool.INFRA]
-ENV_NAMES = [var for var, _, _ in POOLS.values()]
 
 
 Allocate = Callable[[dict[str, int]], ContainerAnswer]

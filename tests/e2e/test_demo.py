@@ -23,6 +23,7 @@ import pytest
 
 from pinner.cpulist import parse_cpu_list
 from tests.pinner.conftest import topology
+from tests.pinner.hookrun import cpus_allowed as allowed_list
 from tests.pinner.native import ensure_native_pinner
 
 pytestmark = pytest.mark.e2e
@@ -132,10 +133,7 @@ def device_cpus(device: str, cores: dict[str, frozenset[int]], pools: dict[str, 
 
 
 def cpus_allowed(pid: int) -> frozenset[int]:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            return parse_cpu_list(line.partition(":")[2].strip())
-    raise AssertionError(f"/proc/{pid}/status has no Cpus_allowed_list")
+    return parse_cpu_list(allowed_list(pid))
 
 
 def assert_nothing_left(held: Held, started: dict[int, float]) -> None:
@@ -176,6 +174,20 @@ def test_demo_pids_have_the_affinity_printed_which_is_their_devices_cpus(start_d
         assert f"{row.container}: SIGTERM pid {row.pid}: ended by SIGTERM" in out
     assert "its devices are free again" in out
     assert_nothing_left(held, started)
+    # what the README says each step shows
+    assert steps_showing(held.lines, "  Capacity:") == steps_showing(held.lines, "  Allocatable:") == ["2"]
+    assert steps_showing(held.lines, "  Allocated resources:") == ["2", "5", "6"]
+
+
+def steps_showing(lines: list[str], text: str) -> list[str]:
+    """The numbers of the demo's steps (``N. title`` lines) with a line starting with ``text``."""
+    found, step = [], ""
+    for line in lines:
+        if line[:1].isdigit() and ". " in line:
+            step = line.partition(".")[0]
+        elif line.startswith(text) and step not in found:
+            found.append(step)
+    return found
 
 
 def test_demo_says_shared_runs_from_infra_when_the_plan_has_no_shared_pool(start_demo) -> None:
@@ -213,7 +225,9 @@ def test_demo_on_a_dump_shows_the_pinners_refusal_instead_of_an_affinity(start_d
     status, out, err = held.finish()
     assert status == 0, err
     refused = sum(r.pid is None for r in rows)
-    assert f"the pinner refused {refused} whose CPUs are not this machine's to give here" in out or refused == 0
+    done = f"done: {len(rows) - refused} of {len(rows)} containers ran pinned to the CPUs their devices name"
+    refusal = f"; the pinner refused {refused} whose CPUs are not this machine's to give here"
+    assert (done + refusal if refused else done + "\n") in out
     assert_nothing_left(held, started)
 
 

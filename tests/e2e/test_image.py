@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.pinner.native import PT_INTERP, program_header_types
+
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = f"localhost/cmk-deviceplugin:test-{os.getpid()}"
-PT_INTERP = 3
 
 pytestmark = pytest.mark.e2e
 
@@ -42,11 +42,7 @@ def rootfs(build: subprocess.CompletedProcess[str]) -> Iterator[Path]:
 
 def has_interpreter(path: Path) -> bool:
     """True if the ELF file asks for a dynamic loader (a PT_INTERP program header)."""
-    data = path.read_bytes()
-    assert data[:4] == b"\x7fELF" and data[4] == 2, f"{path} is not a 64-bit ELF file"
-    phoff, = struct.unpack_from("<Q", data, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-    return any(struct.unpack_from("<I", data, phoff + i * phentsize)[0] == PT_INTERP for i in range(phnum))
+    return PT_INTERP in program_header_types(path)
 
 
 def test_build_runs_the_checks_inside_the_image(build):

@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 
 from tests.pinner.native import ensure_native_pinner
+from tests.topologies import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 ISOLATE_PY = ROOT / "pinner" / "cmk_isolate.py"
 CPUSET_V1 = Path("/sys/fs/cgroup/cpuset")
+#: The two lowest CPUs this process may use: tests that pin for real use these, whatever the machine numbers them.
+CPU_A, CPU_B = sorted(os.sched_getaffinity(0))[:2]
 BASE_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
 
 
@@ -68,12 +71,11 @@ def pinner(request: pytest.FixtureRequest) -> Pinner:
 
 
 def topology(name: str) -> Path:
-    """A real machine's dump from shared/fixtures/topologies (shared/ sits beside the repository)."""
-    for shared in (ROOT.parent / "shared", Path("/work/shared")):
-        path = shared / "fixtures" / "topologies" / name
-        if path.is_dir():
-            return path
-    raise FileNotFoundError(f"topology fixture {name} not found beside {ROOT}")
+    """A real machine's dump, from ``CMK_FIXTURES`` like every other test's (:mod:`tests.topologies`)."""
+    path = FIXTURES / name
+    if not path.is_dir():
+        raise FileNotFoundError(f"topology fixture {name} not found in {FIXTURES} (set CMK_FIXTURES)")
+    return path
 
 
 def affinity_here() -> str:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pinner import build, isolate
+from pinner import build
+from pinner.contract import ISOLATE_HELP
 from tests.pinner.native import PT_INTERP, program_header_types
 
 
@@ -25,7 +26,7 @@ def test_builds_static_and_warning_free(compiler: str, tmp_path: Path) -> None:
     assert (used, warnings) == (compiler, "")
     assert PT_INTERP not in program_header_types(output)
     result = subprocess.run([str(output), "isolate", "--help"], env={}, capture_output=True, text=True, check=False)
-    assert (result.returncode, result.stdout) == (0, isolate.HELP)
+    assert (result.returncode, result.stdout) == (0, ISOLATE_HELP)
 
 
 def test_no_compiler_is_one_clear_error(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pinner import hook
+from pinner.contract import HOOK_HELP, HookExit
 from tests.pinner.hookrun import (
     THREADED,
     cpus_allowed,
@@ -126,7 +126,7 @@ def test_a_child_cgroup_using_other_cpus_makes_the_write_fail(native_cmk: Path, 
     write_config(tmp_path, ["1"])
     with cpuset_cgroup() as cgroup, cpuset_cgroup(cgroup, cpus="0"), process_in(cgroup) as proc:
         result = run_hook(native_cmk, state(proc.pid, tmp_path), "--cpus=1")
-        assert result.returncode == hook.EXIT_CGROUP_WRITE
+        assert result.returncode == HookExit.CGROUP_WRITE
         assert result.stderr.decode() == (
             f"cmk hook: error: cannot write the container's CPUs to {cgroup}/cpuset.cpus: device or resource busy\n"
         )
@@ -135,5 +135,5 @@ def test_a_child_cgroup_using_other_cpus_makes_the_write_fail(native_cmk: Path, 
 
 def test_help_is_the_generated_text(native_cmk: Path) -> None:
     result = run_hook(native_cmk, b"", "--help")
-    assert (result.returncode, result.stdout.decode()) == (0, hook.HELP)
+    assert (result.returncode, result.stdout.decode()) == (0, HOOK_HELP)
 

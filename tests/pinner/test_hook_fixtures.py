@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pinner import hook
-from pinner.isolate import LIST_HINT
+from pinner.contract import LIST_HINT, HookExit
 from tests.pinner.hookrun import (
     cmk_hook_entry,
     cpus_allowed,
@@ -60,75 +60,75 @@ FORGED = ("forged-env", "forged-process-args", "forged-annotations", "forged-oth
 
 CASES = [
     # --- the OCI state on stdin ---
-    Case("state-broken-json", hook.EXIT_STATE, E + STATE + " is not valid JSON: expected ',' or '}' at its end",
+    Case("state-broken-json", HookExit.STATE, E + STATE + " is not valid JSON: expected ',' or '}' at its end",
          state="broken"),
-    Case("state-empty", hook.EXIT_STATE, E + STATE + " is not valid JSON: expected a JSON value at its end (it is empty)",
+    Case("state-empty", HookExit.STATE, E + STATE + " is not valid JSON: expected a JSON value at its end (it is empty)",
          state="empty"),
-    Case("state-bad-escape", hook.EXIT_STATE,
+    Case("state-bad-escape", HookExit.STATE,
          E + STATE + " is not valid JSON: expected one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX at byte 10",
          state="bad-escape"),
-    Case("state-trailing-garbage", hook.EXIT_STATE,
+    Case("state-trailing-garbage", HookExit.STATE,
          E + STATE + " is not valid JSON: expected the end of the input after the value at byte 27",
          state="trailing-garbage"),
-    Case("state-too-deep", hook.EXIT_STATE,
+    Case("state-too-deep", HookExit.STATE,
          E + STATE + " is not valid JSON: nesting deeper than 128 levels at byte 128", state="too-deep"),
-    Case("state-control-char", hook.EXIT_STATE,
+    Case("state-control-char", HookExit.STATE,
          E + STATE + " is not valid JSON: a raw control character inside a string at byte 9", state="control-char"),
-    Case("state-leading-zero", hook.EXIT_STATE, E + STATE + " is not valid JSON: expected ',' or '}' at byte 9",
+    Case("state-leading-zero", HookExit.STATE, E + STATE + " is not valid JSON: expected ',' or '}' at byte 9",
          state="leading-zero"),
-    Case("state-not-object", hook.EXIT_STATE,
+    Case("state-not-object", HookExit.STATE,
          E + STATE + " is an array, not an object (cmk hook runs as an OCI createRuntime hook; the runtime writes "
          "the state)", state="not-object"),
-    Case("state-no-pid", hook.EXIT_STATE,
+    Case("state-no-pid", HookExit.STATE,
          E + STATE + " has no \"pid\": run cmk hook at createRuntime, once the container's process exists",
          state="no-pid"),
-    Case("state-pid-zero", hook.EXIT_STATE,
+    Case("state-pid-zero", HookExit.STATE,
          E + STATE + " has no \"pid\": run cmk hook at createRuntime, once the container's process exists",
          state="pid-zero"),
-    Case("state-pid-string", hook.EXIT_STATE, E + "\"pid\" in " + STATE + " is not a process ID: a string",
+    Case("state-pid-string", HookExit.STATE, E + "\"pid\" in " + STATE + " is not a process ID: a string",
          state="pid-string"),
-    Case("state-pid-negative", hook.EXIT_STATE, E + "\"pid\" in " + STATE + " is not a process ID: -5",
+    Case("state-pid-negative", HookExit.STATE, E + "\"pid\" in " + STATE + " is not a process ID: -5",
          state="pid-negative"),
-    Case("state-no-bundle", hook.EXIT_STATE,
+    Case("state-no-bundle", HookExit.STATE,
          E + STATE + " has no \"bundle\" directory (the container's config.json is read from it)", state="no-bundle"),
-    Case("state-pid-gone", hook.EXIT_GONE,
+    Case("state-pid-gone", HookExit.GONE,
          E + "the container's process 4194304 is gone (/proc/4194304/cgroup does not exist): it exited before its "
          "start hook ran", state="gone"),
     # --- the container's config.json ---
-    Case("config-missing", hook.EXIT_CONFIG, E + "cannot read " + CONFIG + ": no such file or directory", config=None),
-    Case("config-broken-json", hook.EXIT_CONFIG, E + CONFIG + " is not valid JSON: expected ',' or '}' at its end",
+    Case("config-missing", HookExit.CONFIG, E + "cannot read " + CONFIG + ": no such file or directory", config=None),
+    Case("config-broken-json", HookExit.CONFIG, E + CONFIG + " is not valid JSON: expected ',' or '}' at its end",
          config="broken"),
-    Case("config-hooks-not-object", hook.EXIT_CONFIG, E + CONFIG + ": hooks is not an object",
+    Case("config-hooks-not-object", HookExit.CONFIG, E + CONFIG + ": hooks is not an object",
          config="hooks-not-object"),
-    Case("config-create-runtime-not-array", hook.EXIT_CONFIG, E + CONFIG + ": hooks.createRuntime is not an array",
+    Case("config-create-runtime-not-array", HookExit.CONFIG, E + CONFIG + ": hooks.createRuntime is not an array",
          config="create-runtime-not-array"),
-    Case("config-hook-entry-not-object", hook.EXIT_CONFIG, E + CONFIG + ": hooks.createRuntime[0] is not an object",
+    Case("config-hook-entry-not-object", HookExit.CONFIG, E + CONFIG + ": hooks.createRuntime[0] is not an object",
          config="hook-entry-not-object"),
-    Case("config-hook-args-not-array", hook.EXIT_CONFIG, E + CONFIG + ": hooks.createRuntime[0].args is not an array",
+    Case("config-hook-args-not-array", HookExit.CONFIG, E + CONFIG + ": hooks.createRuntime[0].args is not an array",
          config="hook-args-not-array"),
     # --- the trusted channel missing: no --cpus, or config.json lacks this hook's entry ---
-    Case("own-no-cpus", hook.EXIT_NO_CPUS, E + "no --cpus=LIST: " + hook.NO_CPUS_HINT, args=()),
-    Case("own-no-cpus-with-roots", hook.EXIT_NO_CPUS, E + "no --cpus=LIST: " + hook.NO_CPUS_HINT,
+    Case("own-no-cpus", HookExit.NO_CPUS, E + "no --cpus=LIST: " + hook.NO_CPUS_HINT, args=()),
+    Case("own-no-cpus-with-roots", HookExit.NO_CPUS, E + "no --cpus=LIST: " + hook.NO_CPUS_HINT,
          args=("--proc-root=/proc",)),
-    *(Case(f"missing-{name}", hook.EXIT_NO_CPUS, NOT_LISTED, config=name) for name in (
+    *(Case(f"missing-{name}", HookExit.NO_CPUS, NOT_LISTED, config=name) for name in (
         "no-hooks", "no-process-no-hooks", "hooks-null", "other-hooks-only", "cmk-hook-without-cpus",
         "own-cpus-not-listed", "own-cpus-a-subset-only")),
-    *(Case(name, hook.EXIT_NO_CPUS, NOT_LISTED, config=name) for name in FORGED),
+    *(Case(name, HookExit.NO_CPUS, NOT_LISTED, config=name) for name in FORGED),
     # --- the trusted channel malformed: this hook's own --cpus ---
-    Case("own-cpus-letter", hook.EXIT_MALFORMED, not_a_list("1,x", "'x' is not a CPU number", E + "this hook's "),
+    Case("own-cpus-letter", HookExit.MALFORMED, not_a_list("1,x", "'x' is not a CPU number", E + "this hook's "),
          args=("--cpus=1,x",)),
-    Case("own-cpus-empty", hook.EXIT_MALFORMED, not_a_list("", "empty entry between commas", E + "this hook's "),
+    Case("own-cpus-empty", HookExit.MALFORMED, not_a_list("", "empty entry between commas", E + "this hook's "),
          args=("--cpus=",)),
-    Case("own-cpus-non-ascii-digit", hook.EXIT_MALFORMED,
+    Case("own-cpus-non-ascii-digit", HookExit.MALFORMED,
          not_a_list("??", "'??' is not a CPU number", E + "this hook's "), args=("--cpus=\u0663",)),
-    Case("own-cpus-out-of-range", hook.EXIT_MALFORMED,
+    Case("own-cpus-out-of-range", HookExit.MALFORMED,
          not_a_list("9000", "CPU 9000 is out of range (0-8191)", E + "this hook's "), args=("--cpus", "9000")),
-    Case("own-cpus-twice", hook.EXIT_USAGE, E + "option --cpus is given twice (see 'cmk hook --help')",
+    Case("own-cpus-twice", HookExit.USAGE, E + "option --cpus is given twice (see 'cmk hook --help')",
          args=("--cpus=1", "--cpus=1")),
-    Case("own-cpus-needs-value", hook.EXIT_USAGE, E + "option --cpus needs a value (see 'cmk hook --help')",
+    Case("own-cpus-needs-value", HookExit.USAGE, E + "option --cpus needs a value (see 'cmk hook --help')",
          args=("--cpus",)),
     # --- the trusted channel malformed: another cmk hook entry in config.json ---
-    *(Case(f"entry-cpus-{name}", hook.EXIT_MALFORMED, not_a_list(value, detail), config=f"entry-cpus-{name}")
+    *(Case(f"entry-cpus-{name}", HookExit.MALFORMED, not_a_list(value, detail), config=f"entry-cpus-{name}")
       for name, value, detail in [
           ("letter", "1,x", "'x' is not a CPU number"),
           ("empty", "", "empty entry between commas"),
@@ -142,41 +142,41 @@ CASES = [
           ("space", " 1", "' 1' is not a CPU number"),
           ("trailing-comma", "1,", "empty entry between commas"),
       ]),
-    Case("entry-cpus-twice", hook.EXIT_MALFORMED, ENTRY + "option --cpus is given twice", config="entry-cpus-twice"),
-    Case("entry-cpus-needs-value", hook.EXIT_MALFORMED, ENTRY + "option --cpus needs a value",
+    Case("entry-cpus-twice", HookExit.MALFORMED, ENTRY + "option --cpus is given twice", config="entry-cpus-twice"),
+    Case("entry-cpus-needs-value", HookExit.MALFORMED, ENTRY + "option --cpus needs a value",
          config="entry-cpus-needs-value"),
-    Case("entry-unknown-option", hook.EXIT_MALFORMED, ENTRY + "unknown option '--pool'", config="entry-unknown-option"),
-    Case("entry-arg-number", hook.EXIT_MALFORMED, ENTRY + "args[3] is a number, not a string",
+    Case("entry-unknown-option", HookExit.MALFORMED, ENTRY + "unknown option '--pool'", config="entry-unknown-option"),
+    Case("entry-arg-number", HookExit.MALFORMED, ENTRY + "args[3] is a number, not a string",
          config="entry-arg-number"),
-    Case("entry-arg-nul", hook.EXIT_MALFORMED, ENTRY + "args[2] holds a NUL byte", config="entry-arg-nul"),
-    Case("entry-help", hook.EXIT_MALFORMED, ENTRY + "'--help' is not an option of a hook entry", config="entry-help"),
-    Case("cpus-outside-parent", hook.EXIT_OUTSIDE,
+    Case("entry-arg-nul", HookExit.MALFORMED, ENTRY + "args[2] holds a NUL byte", config="entry-arg-nul"),
+    Case("entry-help", HookExit.MALFORMED, ENTRY + "'--help' is not an option of a hook entry", config="entry-help"),
+    Case("cpus-outside-parent", HookExit.OUTSIDE,
          E + "the container's CPUs 1,4000 are not within its parent cgroup's CPUs {parent_cpus} (CPU 4000 outside, "
          "from {parent}/cpuset.effective_cpus): the pools' CPUs must stay within the pods' cgroup",
          config="outside-parent", args=("--cpus=1,4000",)),
     # --- the cgroup ---
-    Case("cgroup-no-cpuset-line", hook.EXIT_NO_CGROUP,
+    Case("cgroup-no-cpuset-line", HookExit.NO_CGROUP,
          E + "process {pid} is in no cpuset cgroup ({proc}/{pid}/cgroup has neither a cpuset nor a 0:: line): "
          "the kernel needs the cpuset controller", proc="no-cpuset"),
-    Case("cgroup-root-refused", hook.EXIT_NO_CGROUP,
+    Case("cgroup-root-refused", HookExit.NO_CGROUP,
          E + "process {pid} is in the root cpuset cgroup: refusing to confine the whole host (run the container in a "
          "cgroup of its own)", proc="root-cgroup"),
-    Case("cgroup-v2-not-mounted", hook.EXIT_NO_CGROUP,
+    Case("cgroup-v2-not-mounted", HookExit.NO_CGROUP,
          E + "no cgroup2 hierarchy holding process {pid}'s cgroup /kubepods/pod1/ctr is mounted (read "
          "{proc}/self/mountinfo): mount it, or name it with --cgroup-root", proc="not-mounted"),
-    Case("cgroup-directory-missing", hook.EXIT_NO_CGROUP,
+    Case("cgroup-directory-missing", HookExit.NO_CGROUP,
          E + "the cpuset cgroup of process {pid}, {tmp}/empty{cgroup_path}, does not exist",
          args=("--cpus=1", "--cgroup-root={tmp}/empty")),
-    Case("cgroup-v2-cpuset-not-enabled", hook.EXIT_NO_CGROUP,
+    Case("cgroup-v2-cpuset-not-enabled", HookExit.NO_CGROUP,
          E + "the cgroup {tmp}/v2/kubepods/pod1/ctr has no cpuset.cpus: enable the cpuset controller in its parent's "
          "cgroup.subtree_control", proc="v2", args=("--cpus=1", "--cgroup-root", "{tmp}/v2")),
     # --- the command line ---
-    Case("usage-unknown-option", hook.EXIT_USAGE,
+    Case("usage-unknown-option", HookExit.USAGE,
          E + "unknown option '--pid': the OCI state comes on stdin (see 'cmk hook --help')", args=("--pid=1",)),
-    Case("usage-argument", hook.EXIT_USAGE,
+    Case("usage-argument", HookExit.USAGE,
          E + "unexpected argument 'state.json': the OCI state comes on stdin (see 'cmk hook --help')",
          args=("state.json",)),
-    Case("usage-option-needs-value", hook.EXIT_USAGE,
+    Case("usage-option-needs-value", HookExit.USAGE,
          E + "option --proc-root needs a value (see 'cmk hook --help')", args=("--proc-root",)),
 ]
 
@@ -241,7 +241,7 @@ def test_a_state_beyond_the_size_limit_is_refused(native_cmk: Path) -> None:
     proc = subprocess.run([str(native_cmk), "hook", "--cpus=1"], input=b" " * (hook.MAX_JSON_BYTES + 1), capture_output=True,
                           timeout=60, check=False)
     assert (proc.returncode, proc.stderr.decode()) == (
-        hook.EXIT_STATE, f"{E}cannot read {STATE}: it is larger than {hook.MAX_JSON_BYTES} bytes\n")
+        HookExit.STATE, f"{E}cannot read {STATE}: it is larger than {hook.MAX_JSON_BYTES} bytes\n")
 
 
 @pytest.mark.parametrize("name", FORGED)

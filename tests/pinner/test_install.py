@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from deviceplugin.errors import CmkError
 from deviceplugin.host.install import install_pinner
-from pinner.isolate import HELP
-from tests.pinner.conftest import ROOT
-
-
-def cmk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "deviceplugin", *args], cwd=ROOT, capture_output=True, text=True, check=False
-    )
+from pinner.contract import ISOLATE_HELP as HELP
+from tests.commands import cmk
 
 
 def test_install_creates_the_directory_and_an_executable_copy(native_cmk: Path, tmp_path: Path) -> None:

@@ -14,11 +14,14 @@ import contextlib
 import os
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from pinner.cpulist import format_cpu_list, format_cpu_mask
+from tests.pinner.conftest import CPU_A as A
+from tests.pinner.conftest import CPU_B as B
 from tests.pinner.conftest import CPUSET_V1, Pinner, on_cpus
+from tests.pinner.hookrun import cpuset_cgroup as hook_cgroup
 from tests.pinner.test_isolate_process import (
     WAIT_FOR_SIGNAL,
     environ,
@@ -26,19 +29,17 @@ from tests.pinner.test_isolate_process import (
     stop,
 )
 
+BOTH = format_cpu_list({A, B})
+
 
 @contextlib.contextmanager
 def cpuset_cgroup(cpus: str) -> Iterator[Path]:
-    """A fresh cpuset cgroup allowing ``cpus`` (memory nodes as its parent's); removed afterwards."""
-    path = CPUSET_V1 / f"cmk-test-allowed-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    path.mkdir()
-    try:
-        (path / "cpuset.cpus").write_text(cpus)
-        (path / "cpuset.mems").write_text((CPUSET_V1 / "cpuset.mems").read_text())
-        yield path
-    finally:
-        empty(path)
-        path.rmdir()
+    """The hook tests' cgroup allowing ``cpus``, emptied first of what a killed shell left running."""
+    with hook_cgroup(CPUSET_V1, cpus) as path:
+        try:
+            yield path
+        finally:
+            empty(path)
 
 
 def empty(cgroup: Path) -> None:
@@ -62,53 +63,55 @@ def join(cgroup: Path, cpus: str | None = None) -> list[str]:
 
 
 def test_inherited_affinity_without_the_pool_cpu_is_widened_to_the_pool(pinner: Pinner) -> None:
-    with cpuset_cgroup("0-1") as cgroup:
+    with cpuset_cgroup(BOTH) as cgroup:
         proc = pinner.popen(["--pool=exclusive", "--", "sh", "-c", WAIT_FOR_SIGNAL],
-                            {"CMK_CPUS_EXCLUSIVE": "1"}, join(cgroup, "0"))
+                            {"CMK_CPUS_EXCLUSIVE": str(B)}, join(cgroup, str(A)))
         try:
             assert proc.stdout is not None
             assert proc.stdout.readline() == "ready\n"
             assert Path(f"/proc/{proc.pid}/cpuset").read_text().strip() == "/" + cgroup.name
-            assert status_field(proc.pid, "Cpus_allowed_list") == "1"
+            assert status_field(proc.pid, "Cpus_allowed_list") == str(B)
             env = environ(proc.pid)
-            assert (env["CMK_CPUS_ASSIGNED"], env["CMK_CPUS_ASSIGNED_MASK"]) == ("1", "2")
+            assert (env["CMK_CPUS_ASSIGNED"], env["CMK_CPUS_ASSIGNED_MASK"]) == (str(B), format_cpu_mask({B}))
         finally:
             stop(proc)
 
 
 def test_no_affinity_checks_the_cpuset_but_keeps_the_inherited_affinity(pinner: Pinner) -> None:
-    with cpuset_cgroup("0-1") as cgroup:
+    with cpuset_cgroup(BOTH) as cgroup:
         proc = pinner.popen(["--pool=exclusive", "--no-affinity", "--", "sh", "-c", WAIT_FOR_SIGNAL],
-                            {"CMK_CPUS_EXCLUSIVE": "1"}, join(cgroup, "0"))
+                            {"CMK_CPUS_EXCLUSIVE": str(B)}, join(cgroup, str(A)))
         try:
             assert proc.stdout is not None
             assert proc.stdout.readline() == "ready\n"
-            assert status_field(proc.pid, "Cpus_allowed_list") == "0"
-            assert environ(proc.pid)["CMK_CPUS_ASSIGNED"] == "1"
+            assert status_field(proc.pid, "Cpus_allowed_list") == str(A)
+            assert environ(proc.pid)["CMK_CPUS_ASSIGNED"] == str(B)
         finally:
             stop(proc)
 
 
 def test_cpus_outside_the_cpuset_are_refused_naming_the_cpuset(pinner: Pinner) -> None:
-    with cpuset_cgroup("0") as cgroup:
-        result = pinner.run(["--pool=exclusive", "true"], {"CMK_CPUS_EXCLUSIVE": "1"}, join(cgroup))
+    with cpuset_cgroup(str(A)) as cgroup:
+        result = pinner.run(["--pool=exclusive", "true"], {"CMK_CPUS_EXCLUSIVE": str(B)}, join(cgroup))
     assert (result.returncode, result.stderr) == (
-        6, "cmk isolate: error: CPU 1 of the exclusive pool is not allowed in this container (allowed: 0)\n"
+        6, f"cmk isolate: error: CPU {B} of the exclusive pool is not allowed in this container (allowed: {A})\n"
     )
 
 
 def test_cpus_outside_the_cpuset_are_refused_with_no_affinity_too(pinner: Pinner) -> None:
-    with cpuset_cgroup("0") as cgroup:
-        result = pinner.run(["--no-affinity", "--pool=shared", "true"], {"CMK_CPUS_SHARED": "0-1"}, join(cgroup))
+    with cpuset_cgroup(str(A)) as cgroup:
+        result = pinner.run(["--no-affinity", "--pool=shared", "true"], {"CMK_CPUS_SHARED": f"{A},{B}"},
+                            join(cgroup))
     assert (result.returncode, result.stderr) == (
-        6, "cmk isolate: error: CPU 1 of the shared pool is not allowed in this container (allowed: 0)\n"
+        6, f"cmk isolate: error: CPU {B} of the shared pool is not allowed in this container (allowed: {A})\n"
     )
 
 
 def test_the_whole_cpuset_is_allowed_when_the_inherited_affinity_is_one_cpu(pinner: Pinner) -> None:
-    """The message names the cpuset (0-1), not the single CPU the process was started on."""
-    with cpuset_cgroup("0-1") as cgroup:
-        result = pinner.run(["--pool=shared", "true"], {"CMK_CPUS_SHARED": "0-2"}, join(cgroup, "0"))
+    """The message names the cpuset (A and B), not the single CPU the process was started on."""
+    outside = B + 1
+    with cpuset_cgroup(BOTH) as cgroup:
+        result = pinner.run(["--pool=shared", "true"], {"CMK_CPUS_SHARED": f"{A},{B},{outside}"}, join(cgroup, str(A)))
     assert (result.returncode, result.stderr) == (
-        6, "cmk isolate: error: CPU 2 of the shared pool is not allowed in this container (allowed: 0-1)\n"
+        6, f"cmk isolate: error: CPU {outside} of the shared pool is not allowed in this container (allowed: {BOTH})\n"
     )

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from pinner import cpulist, isolate
+from pinner.contract import IsolateExit
 from pinner.isolate import (
     IsolateError,
     on_socket,
     parse_args,
     parse_env_cpus,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -42,12 +49,7 @@ def test_socket_filter_keeps_the_cpus_of_that_package() -> None:
     assert on_socket("exclusive", [2, 3, 10, 11], 1, [0, 0, 1, 1]) == [10, 11]
     with pytest.raises(IsolateError) as err:
         on_socket("exclusive", [2, 3], 1, [0, 0])
-    assert err.value.status == isolate.EXIT_SOCKET
-
-
-def test_exit_statuses_are_distinct() -> None:
-    statuses = [value for name, value in vars(isolate).items() if name.startswith("EXIT_")]
-    assert len(statuses) == len(set(statuses))
+    assert err.value.status == IsolateExit.SOCKET
 
 
 def test_a_pin_the_kernel_changed_is_refused_naming_both_sets() -> None:
@@ -55,5 +57,24 @@ def test_a_pin_the_kernel_changed_is_refused_naming_both_sets() -> None:
     with pytest.raises(IsolateError) as err:
         isolate.check_pinned([2, 3], {2})
     assert (err.value.status, str(err.value)) == (
-        isolate.EXIT_AFFINITY, "cannot pin to CPUs 2-3: the kernel set CPUs 2 (did the container's cpuset change?)"
+        IsolateExit.AFFINITY, "cannot pin to CPUs 2-3: the kernel set CPUs 2 (did the container's cpuset change?)"
     )
+
+
+def test_the_python_pinner_loads_nothing_but_its_contract_and_cpu_lists() -> None:
+    """Its start budget (1.3x a bare interpreter) has no room for enum, typing or os."""
+    code = ("import sys; before = set(sys.modules); sys.path.insert(0, sys.argv[1]); import pinner.isolate; "
+            "print(' '.join(sorted(set(sys.modules) - before)))")
+    loaded = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert set(loaded) <= {"__future__", "errno", "pinner", "pinner.contract", "pinner.cpulist", "pinner.isolate"}
+
+
+def test_the_env_form_is_the_one_parser_made_strict() -> None:
+    assert parse_env_cpus("CMK_CPUS_SHARED", b"8191") == [8191]
+    for raw, detail in [(b"0-3:1/2", "'3:1/2' is not a CPU number"), (b" 2", "' 2' is not a CPU number"),
+                        (b"8192", "CPU 8192 is out of range (0-8191)"), ("\u00b2".encode(), "'??' is not a CPU number")]:
+        with pytest.raises(IsolateError) as err:
+            parse_env_cpus("CMK_CPUS_SHARED", raw)
+        assert err.value.status == IsolateExit.MALFORMED
+        assert f"is not a cpu list: {detail} (" in str(err.value)

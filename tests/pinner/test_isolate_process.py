@@ -12,6 +12,9 @@ import signal
 import subprocess
 import time
 
+from pinner.cpulist import format_cpu_mask
+from tests.pinner.conftest import CPU_A as A
+from tests.pinner.conftest import CPU_B as B
 from tests.pinner.conftest import Pinner
 
 WAIT_FOR_SIGNAL = 'trap "exit 42" TERM; echo ready; while :; do sleep 0.05; done'
@@ -41,21 +44,21 @@ def stop(proc: subprocess.Popen[str]) -> None:
 
 
 def test_workload_keeps_the_pid_and_is_pinned(pinner: Pinner) -> None:
-    proc = pinner.popen(["--pool=exclusive", "sh", "--", "-c", WAIT_FOR_SIGNAL], {"CMK_CPUS_EXCLUSIVE": "1"})
+    proc = pinner.popen(["--pool=exclusive", "sh", "--", "-c", WAIT_FOR_SIGNAL], {"CMK_CPUS_EXCLUSIVE": str(B)})
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"
         assert os.readlink(f"/proc/{proc.pid}/exe") == os.path.realpath(shutil.which("sh") or "sh")
-        assert os.sched_getaffinity(proc.pid) == {1}
-        assert status_field(proc.pid, "Cpus_allowed_list") == "1"
+        assert os.sched_getaffinity(proc.pid) == {B}
+        assert status_field(proc.pid, "Cpus_allowed_list") == str(B)
         env = environ(proc.pid)
-        assert (env["CMK_CPUS_ASSIGNED"], env["CMK_CPUS_ASSIGNED_MASK"]) == ("1", "2")
+        assert (env["CMK_CPUS_ASSIGNED"], env["CMK_CPUS_ASSIGNED_MASK"]) == (str(B), format_cpu_mask({B}))
     finally:
         stop(proc)
 
 
 def test_sigterm_reaches_the_workload(pinner: Pinner) -> None:
-    proc = pinner.popen(["--pool=shared", "--", "sh", "-c", WAIT_FOR_SIGNAL], {"CMK_CPUS_SHARED": "0,1"})
+    proc = pinner.popen(["--pool=shared", "--", "sh", "-c", WAIT_FOR_SIGNAL], {"CMK_CPUS_SHARED": f"{A},{B}"})
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"
@@ -66,7 +69,7 @@ def test_sigterm_reaches_the_workload(pinner: Pinner) -> None:
 
 
 def test_unmodified_program_dies_of_sigterm_itself(pinner: Pinner) -> None:
-    proc = pinner.popen(["--pool=exclusive", "sh", "--", "-c", "echo ready; exec sleep 60"], {"CMK_CPUS_EXCLUSIVE": "0"})
+    proc = pinner.popen(["--pool=exclusive", "sh", "--", "-c", "echo ready; exec sleep 60"], {"CMK_CPUS_EXCLUSIVE": str(A)})
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"
@@ -76,7 +79,7 @@ def test_unmodified_program_dies_of_sigterm_itself(pinner: Pinner) -> None:
                 break
             time.sleep(0.01)
         assert os.readlink(f"/proc/{proc.pid}/exe") == sleep
-        assert os.sched_getaffinity(proc.pid) == {0}
+        assert os.sched_getaffinity(proc.pid) == {A}
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == -signal.SIGTERM
     finally:
@@ -85,11 +88,11 @@ def test_unmodified_program_dies_of_sigterm_itself(pinner: Pinner) -> None:
 
 def test_no_affinity_leaves_the_affinity_alone(pinner: Pinner) -> None:
     proc = pinner.popen(["--pool=exclusive", "--no-affinity", "sh", "--", "-c", WAIT_FOR_SIGNAL],
-                        {"CMK_CPUS_EXCLUSIVE": "1"})
+                        {"CMK_CPUS_EXCLUSIVE": str(B)})
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"
         assert os.sched_getaffinity(proc.pid) == os.sched_getaffinity(0)
-        assert environ(proc.pid)["CMK_CPUS_ASSIGNED"] == "1"
+        assert environ(proc.pid)["CMK_CPUS_ASSIGNED"] == str(B)
     finally:
         stop(proc)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.daemon import Daemon, DaemonSettings
-from deviceplugin.events import Events
+from deviceplugin.events import CoreReleased, CoreWithheld, Events
 from deviceplugin.host.slotrecord import RECORD_NAME
 from deviceplugin.model import devices as device_model
 from deviceplugin.model.plan import PlanOptions
@@ -36,7 +36,7 @@ def run_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path) -> Iterator[C
     def run(**plan: object) -> tuple[Daemon, list]:
         seen: list = []
         events = Events()
-        events.listen(lambda name, fields: seen.append((name, dict(fields))))
+        events.listen(seen.append)
         daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
                                        install_dir=INSTALL_DIR, plan=PlanOptions(**plan),  # type: ignore[arg-type]
                                        pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1),
@@ -75,15 +75,15 @@ def test_a_core_moved_from_exclusive_to_shared_while_held_stays_out_until_freed(
     user = kubelet.admit(PodSpec("user", (ContainerSpec("app", limits={SHARED: 1}),)))
     shared = cpus(user.container("app").envs["CMK_CPUS_SHARED"])
     assert shared == {3, 11} and not shared & held
-    withheld = [fields for name, fields in seen if name == "core_withheld"]
-    assert [(w["core"], w["pool"], w["resource"]) for w in withheld] == [("2,10", "shared", EXCLUSIVE)]
+    withheld = [e for e in seen if isinstance(e, CoreWithheld)]
+    assert [(w.core, w.pool, w.resource) for w in withheld] == [("2,10", "shared", EXCLUSIVE)]
 
     kubelet.delete_pod("holder")
     kubelet.delete_pod("user")
     kubelet.wait_for(lambda: not second.withheld, what="core released")
     again = kubelet.admit(PodSpec("again", (ContainerSpec("app", limits={SHARED: 1}),)))
     assert cpus(again.container("app").envs["CMK_CPUS_SHARED"]) == {2, 3, 10, 11}
-    assert [f["pool"] for name, f in seen if name == "core_released"] == ["shared"]
+    assert [e.pool for e in seen if isinstance(e, CoreReleased)] == ["shared"]
 
 
 def test_cores_held_under_an_old_release_id_are_not_handed_out_again(kubelet, run_daemon, monkeypatch):

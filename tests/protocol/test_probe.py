@@ -7,12 +7,11 @@ process, and checks its verdict; one runs the real daemon and takes a CPU offlin
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
@@ -24,6 +23,7 @@ from api.health.v1 import health_pb2, health_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
 from deviceplugin.daemon import socket_name
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
+from tests.commands import cmk
 
 SERVED = ("exclusive", "shared", "infra")
 
@@ -47,13 +47,6 @@ class Health(health_pb2_grpc.HealthServicer):
     def Check(self, request, context):
         status = health_pb2.HealthCheckResponse.SERVING if self.streaming else health_pb2.HealthCheckResponse.NOT_SERVING
         return health_pb2.HealthCheckResponse(status=status)
-
-
-@pytest.fixture
-def plugin_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="cmk-probe-", dir="/tmp"))  # short: unix socket paths are limited
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -178,9 +171,18 @@ def test_the_probe_does_not_replan_so_an_offline_core_cannot_fail_it(plugin_dir,
         result = probe(plugin_dir)
         assert result.returncode == 0, result.stderr
         assert "cmk-exclusive-cores.sock, cmk-shared.sock, cmk-infra.sock" in result.stdout
+        deadline = time.monotonic() + 10
+        while not _shared_core_unhealthy(daemon) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _shared_core_unhealthy(daemon), "the daemon reports the offline core Unhealthy instead"
     finally:
         daemon.stop()
         kubelet.stop()
+
+
+def _shared_core_unhealthy(daemon) -> bool:
+    shared = daemon.tree[RESOURCE_NAMES[Pool.SHARED]]
+    return shared.healthy == 0 and len(shared.devices) > 0
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -193,3 +195,11 @@ def test_bad_input_is_one_line(plugin_dir, args, message):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert message in line
+
+
+def test_the_help_says_the_probe_dials_the_served_sockets_not_a_plan():
+    """It never plans (see the test above), so its help must not promise "every planned pool"."""
+    for argv in (["--help"], ["probe", "--help"]):
+        shown = cmk(*argv).stdout
+        assert "the daemon's device-plugin sockets answer (every one it serves" in " ".join(shown.split())
+        assert "planned" not in shown

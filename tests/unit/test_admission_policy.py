@@ -22,7 +22,7 @@ import yaml
 
 from deviceplugin.host.cdi import CONFINED_ENV
 from deviceplugin.model.answers import ENV_NAMES
-from pinner.isolate import ENV_ASSIGNED, ENV_ASSIGNED_MASK
+from pinner.contract import ENV_ASSIGNED, ENV_ASSIGNED_MASK
 from tests.admission import (
     QUANTITY_FIELD,
     EvaluationError,

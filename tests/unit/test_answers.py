@@ -42,10 +42,15 @@ def test_every_pool_mounts_the_pinner_identically_so_merged_answers_never_confli
     assert len(env_names) == len(set(env_names)) == 3
 
 
-def test_answering_the_same_ids_again_gives_the_same_answer():
+def test_an_answer_depends_on_the_ids_alone_not_on_what_was_answered_before():
+    """Stateless: the kubelet never says when devices are freed, so no earlier answer may leak in."""
     exclusive = tree()[RESOURCE_NAMES[Pool.EXCLUSIVE]]
-    assert allocate_answer(exclusive, ["core-n0-p0-c1"], install_dir=INSTALL) == \
-        allocate_answer(exclusive, ["core-n0-p0-c1"], install_dir=INSTALL)
+    expected = {"CMK_CPUS_EXCLUSIVE": "1,9"}
+    assert allocate_answer(exclusive, ["core-n0-p0-c1"], install_dir=INSTALL).envs == expected
+    assert allocate_answer(exclusive, ["core-n0-p0-c0", "core-n0-p0-c2"], install_dir=INSTALL).envs == \
+        {"CMK_CPUS_EXCLUSIVE": "0,2,8,10"}
+    again = allocate_answer(tree()[RESOURCE_NAMES[Pool.EXCLUSIVE]], ["core-n0-p0-c1"], install_dir=INSTALL)
+    assert again.envs == expected and again.mounts == (Mount("/opt/bin", INSTALL, True),)
 
 
 def test_unknown_ids_are_named():

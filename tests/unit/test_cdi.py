@@ -14,10 +14,19 @@ from deviceplugin.cli.configfile import apply_config, load_config
 from deviceplugin.errors import CmkError
 from deviceplugin.host import cdi
 from deviceplugin.host.sysfs import discover
-from deviceplugin.model.answers import cdi_device_names
+from deviceplugin.model.answers import allocate_answer, cdi_device_names
 from deviceplugin.model.devices import DeviceTree, device_tree
-from deviceplugin.model.plan import PlanOptions, plan_pools
+from deviceplugin.model.plan import (
+    RESOURCE_NAMES,
+    Mode,
+    PlanOptions,
+    Pool,
+    SlotScope,
+    plan_pools,
+)
+from deviceplugin.model.topology import build_topology
 from pinner import hook
+from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.topologies import fixture_copy
 
 HOOK = "/opt/bin/cmk"
@@ -145,3 +154,23 @@ def test_read_spec_returns_what_write_spec_wrote_and_none_for_junk(tmp_path: Pat
     (tmp_path / cdi.SPEC_FILE_NAME).write_text("{not json")
     assert cdi.read_spec(tmp_path) is None
     assert cdi.read_spec(tmp_path / "missing") is None
+
+
+def test_numa_local_slots_name_their_own_nodes_device_whose_hook_has_that_nodes_cpus() -> None:
+    node = {cpu: (cpu % 8) // 4 for cpu in range(16)}  # two nodes, cores (i, i+8), cores 0-3 on node 0
+    topology = build_topology([(i, i + 8) for i in range(8)], node_of=node, package_of=node,
+                              isolated=[*range(6), *range(8, 14)])
+    plan = plan_pools(topology, PlanOptions(num_exclusive_cores=2, num_shared_cores=2, shared_mode=Mode.SPREAD,
+                                            slot_scope=SlotScope.NUMA_NODE))
+    shared = device_tree(plan, topology.online)[RESOURCE_NAMES[Pool.SHARED]]
+    on_node = {n: frozenset(cpu for core in plan.pools[Pool.SHARED] if core.node == n for cpu in core.cpus)
+               for n in (0, 1)}
+    assert all(on_node.values())  # spread: the shared pool has a core on each node
+    spec = cdi.build_spec(cdi.spec_devices({shared.resource: shared}), HOOK)
+    hooks = {device["name"]: device["containerEdits"]["hooks"][0]["args"] for device in spec["devices"]}
+    assert hooks == {f"shared-n{n}": ["cmk", "hook", f"--cpus={format_cpu_list(on_node[n])}"] for n in (0, 1)}
+    for n in (0, 1):
+        ids = [i for i in shared.devices if i.startswith(f"shared-n{n}-")][:2]
+        answer = allocate_answer(shared, ids, install_dir="/opt/cmk", cdi=True)
+        assert answer.cdi_devices == (f"cmk.intel.com/cpus=shared-n{n}",)
+        assert parse_cpu_list(answer.envs["CMK_CPUS_SHARED"]) == on_node[n]

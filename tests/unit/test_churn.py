@@ -1,21 +1,6 @@
 """No CPU in two live containers, under a seeded churn of admissions, deletions, restarts and hotplug.
 
-Pure-model level, because thousands of daemon restarts over real gRPC would
-take hours here; but every rule is the project's own code, none restated:
-
-- the kubelet: the stand-in's device bookkeeping (:class:`NodeDevices`:
-  snapshots, stream end, kubelet restart), its Topology Manager (a policy
-  drawn at each kubelet restart) and device choice (:func:`choose_devices`,
-  GetPreferredAllocation included), with the checkpoint's rule that held IDs
-  stay allocated whatever is advertised;
-- the daemon: topology as the kernel shows it with CPUs offline, the pool
-  plan, device tree, withheld cores and slot record (:func:`learn_holds`),
-  preferred allocation and the Allocate answer that tells a container its
-  CPUs.
-
-A container's CPUs are those its Allocate answer named (replayed unchanged
-at every restart). Two live containers may share a CPU only when both hold
-slots of the same slot pool (that sharing is the pool's point).
+Why it works this way: ``docs/tests-churn.md``.
 """
 
 from __future__ import annotations

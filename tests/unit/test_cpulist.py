@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pinner.contract import MAX_CPUS
 from pinner.cpulist import (
     CpuListError,
     format_cpu_csv,
@@ -88,3 +89,15 @@ def test_mask_round_trips(cpus):
 def test_format_is_canonical(cpus):
     text = format_cpu_list(cpus)
     assert format_cpu_list(parse_cpu_list(text)) == text
+
+
+def test_one_cpu_limit_for_every_list_the_kernels_largest_nr_cpus() -> None:
+    assert parse_cpu_list(f"{MAX_CPUS - 1}") == {MAX_CPUS - 1}
+    with pytest.raises(CpuListError, match=f"CPU {MAX_CPUS} is out of range"):
+        parse_cpu_list(f"0-{MAX_CPUS}")
+
+
+@pytest.mark.parametrize("text", ["\u0663", "\u00b2", "1" * 10])
+def test_only_ascii_digits_up_to_nine_are_cpu_numbers(text: str) -> None:
+    with pytest.raises(CpuListError, match="is not a CPU number"):
+        parse_cpu_list(text)

@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from pinner.cpulist import parse_cpu_list
+from tests.commands import cmk
 from tests.topologies import FIXTURES, fixture_copy
 
 XEON_D = ["--sysfs-root", str(FIXTURES / "cmk-xeon_d/sys"), "--procfs-root", str(FIXTURES / "cmk-xeon_d/proc")]
-
-
-def cmk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "deviceplugin", *args],
-                          check=False, capture_output=True, text=True, timeout=60)
 
 
 def test_describe_xeon_d_table_shows_the_cmk_plan():
@@ -52,8 +46,9 @@ def test_describe_this_machine_runs():
     result = cmk("describe", "-o", "json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["topology"]["threads"] >= 1
-    assert any(pool["advertised"] for pool in data["plan"]["pools"])
+    online = Path("/sys/devices/system/cpu/online").read_text().strip()
+    assert (data["topology"]["online_cpus"], data["topology"]["threads"]) == (online, len(parse_cpu_list(online)))
+    assert sum(pool["cpus"] != "" for pool in data["plan"]["pools"]) >= 2, "infra and exclusive, at least"
 
 
 def test_describe_multi_numa_rows_per_node(tmp_path):
@@ -106,6 +101,22 @@ def test_unreadable_cmdline_is_one_line(tmp_path):
     assert result.returncode == 1
     assert "cmdline" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_describe_on_a_dump_does_not_dial_this_hosts_kubelet():
+    """Another machine's plan has nothing to do with this host's pod resources: no live view unless asked."""
+    result = cmk("describe", *XEON_D, "-o", "json")
+    live = json.loads(result.stdout)["live"]
+    assert live["available"] is False and live["reason"].startswith(f"{FIXTURES / 'cmk-xeon_d/sys'} is a dump")
+    table = cmk("describe", *XEON_D).stdout
+    assert "(give --pod-resources-socket to read a kubelet anyway)" in table and "no socket at" not in table
+
+
+def test_describe_on_a_dump_dials_the_socket_it_is_given(tmp_path):
+    missing = tmp_path / "kubelet.sock"
+    live = json.loads(cmk("describe", *XEON_D, "--pod-resources-socket", str(missing), "-o", "json").stdout)["live"]
+    assert live == {"available": False, "socket": str(missing),
+                    "reason": f"no socket at {missing} (is the kubelet running, and the directory mounted?)"}
 
 
 def test_describe_usage_on_this_machine_covers_every_online_cpu_once():

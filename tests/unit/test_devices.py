@@ -84,9 +84,16 @@ def test_one_offline_cpu_makes_every_slot_of_its_pool_unhealthy():
     assert tree[RESOURCE_NAMES[Pool.INFRA]].healthy == 110
 
 
-def test_same_topology_gives_same_tree():
-    assert device_tree(plan_pools(two_nodes()), two_nodes().online) == \
-        device_tree(plan_pools(two_nodes()), two_nodes().online)
+def test_device_ids_come_from_the_topology_not_from_the_order_it_was_read_in():
+    """IDs must survive a restart (the kubelet's checkpoint holds them), whatever order sysfs lists CPUs in."""
+    node = {cpu: (cpu % 8) // 4 for cpu in reversed(range(16))}
+    shuffled = build_topology([(i + 8, i) for i in reversed(range(8))], node_of=node, package_of=node,
+                              isolated=[*range(13, 7, -1), *range(5, -1, -1)])
+    tree = device_tree(plan_pools(shuffled), shuffled.online)
+    assert tree == device_tree(plan_pools(two_nodes()), two_nodes().online)
+    assert {i: d.cpus for i, d in tree[RESOURCE_NAMES[Pool.EXCLUSIVE]].devices.items()} == {
+        "core-n0-p0-c0": {0, 8}, "core-n0-p0-c1": {1, 9}, "core-n0-p0-c2": {2, 10}, "core-n0-p0-c3": {3, 11},
+        "core-n1-p1-c4": {4, 12}}
 
 
 def test_slot_ids_widen_past_three_digits_and_sort_as_numbers():

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,15 +23,11 @@ from deviceplugin.model.hostsettings import (
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import build_topology
 from pinner.cpulist import parse_cpu_list
+from tests.commands import cmk
 from tests.topologies import fixture_copy
 
 # 8 cores x 2 threads, core i = {i, i+8}
 SMT8 = [(i, i + 8) for i in range(8)]
-
-
-def cmk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "deviceplugin", *args],
-                          check=False, capture_output=True, text=True, timeout=60)
 
 
 def kernel_arg(args: list[str], name: str) -> frozenset[int] | None:
@@ -118,6 +112,7 @@ def test_dropins_keep_host_services_on_infra_only():
 def test_text_output_has_each_part_ready_to_paste():
     text = render_text(host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=2, num_shared_cores=1)))
     lines = text.splitlines()
+    assert lines[0] == "# Pools once configured: exclusive on CPUs 1-2,9-10; shared on CPUs 3,11; infra on CPUs 0,4-8,12-15"
     assert "isolcpus=1-3,9-11" in lines
     assert "cpuManagerPolicy: none" in lines
     assert "reservedSystemCPUs: 0,8" in lines

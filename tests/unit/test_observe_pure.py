@@ -12,7 +12,13 @@ import pytest
 from api.podresources.v1 import podresources_pb2 as pb
 from deviceplugin.cli.flags import parse_address
 from deviceplugin.errors import CmkError
-from deviceplugin.events import Events
+from deviceplugin.events import (
+    Allocated,
+    AllocationResolved,
+    Event,
+    Events,
+    RegisterFailed,
+)
 from deviceplugin.host.nfd import (
     FEATURE_FILE,
     check_label,
@@ -115,8 +121,10 @@ def test_feature_labels_for_a_node_without_isolcpus_and_with_sst_bf(tmp_path):
     ("isolcpus", "true"), ("cmk.intel.com/x", "-bad"), ("cmk.intel.com/x", "a" * 64),
     ("cmk.intel.com/" + "n" * 64, "1"), ("cmk.intel.com/x", "has space")])
 def test_invalid_labels_are_refused(key, value):
-    with pytest.raises(ValueError):
+    part = "key" if key == "isolcpus" or len(key) > 77 else "value"
+    with pytest.raises(ValueError, match=f"^label {part} ") as err:
         check_label(key, value)
+    assert repr(key if part == "key" else value) in str(err.value)
 
 
 def test_feature_file_is_replaced_whole_and_an_unwritable_dir_is_one_line(tmp_path):
@@ -145,28 +153,34 @@ def restore_root_logger():
 def emit_one(formatter: logging.Formatter) -> str:
     stream = io.StringIO()
     configure("DEBUG", "json" if isinstance(formatter, JsonFormatter) else "text", stream)
-    seen = []
+    seen: list[Event] = []
     events = Events()
-    events.listen(lambda name, fields: seen.append((name, dict(fields))))
-    events.emit("allocated", "allocated x\nsecond line", pool="exclusive", devices=["cpus-0.8", "cpus-1.9"],
-                cpus="0-1,8-9", seconds=0.00025, ok=True)
-    assert seen == [("allocated", {"pool": "exclusive", "devices": ["cpus-0.8", "cpus-1.9"], "cpus": "0-1,8-9",
-                                   "seconds": 0.00025, "ok": True})]
+    events.listen(seen.append)
+    event = RegisterFailed("cmk.intel.com/shared", "/k/kubelet.sock", "UNAVAILABLE", "down\nsecond line", 30.0)
+    events.emit(event)
+    events.emit(Allocated("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-0.8", "cpus-1.9"), "0-1,8-9", 0.00025))
+    assert seen[0] is event and seen[1].fields() == {
+        "pool": "exclusive", "resource": "cmk.intel.com/exclusive-cores", "devices": ("cpus-0.8", "cpus-1.9"),
+        "cpus": "0-1,8-9", "seconds": 0.00025}
     return stream.getvalue()
 
 
 def test_text_lines_are_key_value_one_line_per_event():
-    (line,) = emit_one(KeyValueFormatter()).splitlines()
-    assert " level=info logger=deviceplugin.events event=allocated pool=exclusive devices=cpus-0.8,cpus-1.9 " \
-           "cpus=0-1,8-9 seconds=0.00025 ok=true msg=\"allocated x\\nsecond line\"" in line
-    assert line.startswith("time=") and line.split()[0].endswith("Z")
+    failed, allocated = emit_one(KeyValueFormatter()).splitlines()
+    assert " level=warning logger=deviceplugin.events event=register_failed resource=cmk.intel.com/shared " \
+           "kubelet_socket=/k/kubelet.sock code=UNAVAILABLE details=\"down\\nsecond line\" max_delay=30 " \
+           "msg=\"cannot register cmk.intel.com/shared at /k/kubelet.sock (UNAVAILABLE: down\\nsecond line); " \
+           "retrying with backoff up to 30 s\"" in failed
+    assert " level=info logger=deviceplugin.events event=allocated pool=exclusive " \
+           "resource=cmk.intel.com/exclusive-cores devices=cpus-0.8,cpus-1.9 cpus=0-1,8-9 seconds=0.00025 " \
+           "msg=\"allocated cmk.intel.com/exclusive-cores cpus-0.8,cpus-1.9: CPUs 0-1,8-9\"" in allocated
+    assert failed.startswith("time=") and failed.split()[0].endswith("Z")
 
 
 def test_json_lines_parse_and_keep_lists():
-    (line,) = emit_one(JsonFormatter()).splitlines()
-    record = json.loads(line)
-    assert record["event"] == "allocated" and record["devices"] == ["cpus-0.8", "cpus-1.9"]
-    assert record["msg"] == "allocated x\nsecond line" and record["level"] == "info"
+    failed, allocated = map(json.loads, emit_one(JsonFormatter()).splitlines())
+    assert allocated["event"] == "allocated" and allocated["devices"] == ["cpus-0.8", "cpus-1.9"]
+    assert failed["details"] == "down\nsecond line" and failed["level"] == "warning"
 
 
 def test_a_traceback_stays_on_one_line():
@@ -201,12 +215,12 @@ def test_an_allocation_spends_a_look_up_only_when_its_own_turn_came():
     from deviceplugin.model.assignments import Holding
     from deviceplugin.observe.resolver import AllocationResolver
 
-    seen: list[tuple[str, dict]] = []
+    seen: list[Event] = []
     events = Events()
-    events.listen(lambda event, fields: seen.append((event, dict(fields))))
+    events.listen(seen.append)
     resolver = AllocationResolver(events, Path("/nonexistent"), delays=(0.5, 1.0, 2.0))
-    old = {"pool": "exclusive", "resource": "cmk.intel.com/exclusive-cores", "devices": ["cpus-0.8"], "cpus": "0,8"}
-    new = {"pool": "exclusive", "resource": "cmk.intel.com/exclusive-cores", "devices": ["cpus-1.9"], "cpus": "1,9"}
+    old = Allocated("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-0.8",), "0,8", 0.001)
+    new = Allocated("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-1.9",), "1,9", 0.001)
     # the newer one is due now; the older one has two look-ups behind it and is due in 2 s
     after = resolver._after_lookup([(2, 102.0, old), (0, 100.0, new)], holdings=[], now=100.0)
     assert after == [(2, 102.0, old), (1, 101.0, new)]
@@ -215,5 +229,19 @@ def test_an_allocation_spends_a_look_up_only_when_its_own_turn_came():
     # any round resolves whatever is held, due or not
     held = [Holding("net", "dpdk", "fwd", "cmk.intel.com/exclusive-cores", ("cpus-1.9",))]
     assert resolver._after_lookup([(1, 105.0, new)], holdings=held, now=102.0) == []
-    assert [event for event, _ in seen] == ["allocation_resolved"]
-    assert seen[0][1]["pod"] == "dpdk" and seen[0][1]["container"] == "fwd"
+    assert seen == [AllocationResolved("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-1.9",), "1,9",
+                                       "net", "dpdk", "fwd")]
+
+
+def test_every_event_has_its_own_name_and_the_readme_lists_it():
+    import re
+    from pathlib import Path
+
+    from deviceplugin import events as catalogue
+
+    names = [cls.name for cls in vars(catalogue).values()
+             if isinstance(cls, type) and issubclass(cls, Event) and cls is not Event]
+    assert len(names) == len(set(names)) == 22
+    logs = Path(__file__).resolve().parents[2].joinpath("README.md").read_text().partition("### Logs")[2]
+    listed = set(re.findall(r"`([a-z_]+)`", logs.partition("\n## ")[0]))
+    assert set(names) <= listed, f"README's Logs section misses {sorted(set(names) - listed)}"

@@ -61,10 +61,13 @@ def test_ids_of_cores_the_kernel_cannot_tell_apart_are_their_cpus():
     assert names[topology.core_of(0)] == "cpus-0" and names[topology.core_of(1)] == "cpus-1"  # both core_id 0
 
 
-def test_package_minus_one_is_left_out_of_the_id():
+def test_package_minus_one_is_derived_so_the_id_carries_the_derived_package():
+    # POWER reports physical_package_id -1; discovery derives packages from the siblings, as lscpu and hwloc do.
     topology = discover(FIXTURES / "hwloc-256ppc-8n8s4t" / "sys", FIXTURES / "hwloc-256ppc-8n8s4t" / "proc")
-    first = core_device_ids(topology.cores)[topology.cores[0]]
-    assert first.startswith("core-n") and "-p" not in first
+    names = core_device_ids(topology.cores)
+    assert all(core.package is not None and core.package >= 0 for core in topology.cores)
+    assert all(names[core].startswith(f"core-n{core.node}-p{core.package}-") for core in topology.cores)
+    assert len({core.package for core in topology.cores}) > 1  # 8 sockets: the derived packages tell them apart
 
 
 def test_legacy_ids_read_back_as_cpus_and_others_as_none():

@@ -164,6 +164,8 @@ def test_the_thread_siblings_mask_is_the_last_resort(tmp_path: Path) -> None:
 def test_unknown_ids_of_minus_one_and_missing_die_become_none(tmp_path: Path) -> None:
     roots = _machine(tmp_path)
     _write(_cpu(roots, "cpu0/topology/physical_package_id"), "-1\n")
+    for name in ("package_cpus_list", "core_siblings_list", "package_cpus", "core_siblings"):
+        _cpu(roots, f"cpu0/topology/{name}").unlink(missing_ok=True)
     _write(_cpu(roots, "cpu0/topology/cluster_id"), "-1\n")
     _cpu(roots, "cpu0/topology/die_id").unlink()
     cpu0 = discover(roots.sysfs, roots.procfs).cpus[0]
@@ -369,6 +371,24 @@ def test_a_malformed_isolcpus_names_the_cmdline(tmp_path: Path) -> None:
     _write(tmp_path / "cmdline", "ro isolcpus=domain,2-z\n")
     with pytest.raises(CmkError, match=rf"{tmp_path / 'cmdline'}: malformed cpu list"):
         read_boot_settings(tmp_path)
+
+
+def test_unknown_packages_come_from_their_cpu_lists_numbered_by_lowest_cpu(tmp_path: Path) -> None:
+    """POWER and s390 report physical_package_id -1: lscpu and hwloc group CPUs by the package list."""
+    roots = _machine(tmp_path)
+    for cpu, package in ((0, "0,3"), (1, "1-2"), (2, "1-2"), (3, "0,3")):
+        _write(_cpu(roots, f"cpu{cpu}/topology/physical_package_id"), "-1\n")
+        _write(_cpu(roots, f"cpu{cpu}/topology/package_cpus_list"), package + "\n")
+    cpus = discover(roots.sysfs, roots.procfs).cpus
+    assert [cpus[cpu].package for cpu in range(4)] == [0, 1, 1, 0]
+
+
+def test_a_cpu_of_unknown_package_joins_the_package_its_siblings_name(tmp_path: Path) -> None:
+    roots = _machine(tmp_path)
+    known = {cpu: discover(roots.sysfs, roots.procfs).cpus[cpu].package for cpu in range(4)}
+    _write(_cpu(roots, "cpu2/topology/physical_package_id"), "-1\n")
+    _write(_cpu(roots, "cpu2/topology/package_cpus_list"), "0-3\n")
+    assert discover(roots.sysfs, roots.procfs).cpus[2].package == known[0]
 
 
 def test_l3_groups_split_each_node_into_l3_per_node_groups(tmp_path: Path) -> None:
