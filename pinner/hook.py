@@ -28,6 +28,25 @@ and the workload never starts unconfined:
 4. Check the CPUs are within the parent cgroup's effective CPUs, write the
    container cgroup's ``cpuset.cpus``, then set the affinity of every task
    of the init process. Running it twice is harmless (idempotent).
+5. If every ``cmk hook`` entry is marked ``--exclusive`` (the daemon marks
+   the devices of whole exclusive cores, unless ``--no-unthrottle-exclusive``),
+   remove the CFS quota of the container's own cpu cgroup (v1
+   ``cpu.cfs_quota_us`` = -1, v2 ``cpu.max`` = ``max``, period kept): nobody
+   else runs on those CPUs, so a quota would only throttle the container's
+   bursts. A container that also holds shared or infra CPUs keeps its quota.
+   The pod's cgroup, whose quota the kubelet sets to the sum of the
+   containers' limits, is never touched.
+
+The node-wide hook (``cmk hook --node-wide=RECORD``, declared for every
+container in a hooks.d file or a runtime handler's base spec by ``cmk
+install --hooks-dir``) takes no ``--cpus`` of its own: a container holding
+``cmk hook --cpus`` entries gets exactly what step 2 computes (the same
+union, so running beside those hooks changes nothing); a container holding
+none is confined to the infra pool's CPUs read from RECORD, a one-line cpu
+list that only the daemon and ``cmk install`` write, atomically. No record
+yet (a node whose daemon never ran): the container starts as created, so
+the daemon's own pod can start; a pinned container never depends on it. A
+record that is not a cpu list refuses the start (status 13).
 
 Every file is opened without following a final symlink and without blocking
 (the cgroup's files relative to its directory, opened once), a FIFO, device or
@@ -48,8 +67,8 @@ Exit statuses:
   2   usage: unknown option or argument
   3   the OCI state on stdin is unreadable, not JSON, or lacks pid/bundle
   4   the container's config.json is unreadable, not JSON, or malformed
-  5   no trusted CPUs: no ``--cpus``, or config.json's ``hooks.createRuntime``
-      lacks this hook's ``cmk hook --cpus=LIST`` entry
+  5   no trusted CPUs: no ``--cpus`` (nor ``--node-wide``), or config.json's
+      ``hooks.createRuntime`` lacks this hook's ``cmk hook --cpus=LIST`` entry
   6   a ``--cpus`` value (this hook's, or another ``cmk hook`` entry's) is not a
       cpu list, or such an entry has an unknown option
   7   the container's process is gone
@@ -58,6 +77,8 @@ Exit statuses:
   9   some CPUs are outside the parent cgroup's effective CPUs
  10   the cgroup's cpuset.cpus could not be read or written
  11   the kernel refused the affinity
+ 12   the CFS quota of an exclusive container could not be removed
+ 13   the node's infra record is unreadable or not a cpu list
 ====  ====================================================================
 """
 
@@ -65,6 +86,12 @@ PROG = "cmk hook"
 #: The command line the CDI spec gives the runtime (argv[0] first, as OCI hooks take it), before ``--cpus``.
 ARGS = ("cmk", "hook")
 CPUS_OPTION = "--cpus"
+#: Marks a CDI device of a whole exclusive core: a container whose entries all carry it loses its CFS quota.
+EXCLUSIVE_OPTION = "--exclusive"
+#: The node-wide hook's option, naming the infra record.
+NODE_WIDE_OPTION = "--node-wide"
+#: The infra record's file name, next to the installed binary.
+RECORD_NAME = "cmk-infra-cpus"
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -77,6 +104,8 @@ EXIT_NO_CGROUP = 8
 EXIT_OUTSIDE = 9
 EXIT_CGROUP_WRITE = 10
 EXIT_AFFINITY = 11
+EXIT_QUOTA = 12
+EXIT_RECORD = 13
 
 #: The largest state, config.json or procfs file read; real ones are a few KiB.
 MAX_JSON_BYTES = 16 * 1024 * 1024
@@ -90,13 +119,25 @@ NO_CPUS_HINT = (
 )
 
 
-def command_line(cpus: str) -> list[str]:
-    """The hook's argv in a CDI device's edits: ``cmk hook --cpus=1,9``."""
-    return [*ARGS, f"{CPUS_OPTION}={cpus}"]
+RECORD_HINT = (
+    "the device plugin and 'cmk install' write it atomically as one cpu list; run 'cmk install' with the "
+    "daemon's plan flags again, or delete the file to let containers start unconfined until the daemon writes it"
+)
+
+
+def command_line(cpus: str, *, exclusive: bool = False) -> list[str]:
+    """The hook's argv in a CDI device's edits: ``cmk hook --cpus=1,9`` (``--exclusive`` for a whole exclusive core)."""
+    return [*ARGS, f"{CPUS_OPTION}={cpus}", *([EXCLUSIVE_OPTION] if exclusive else [])]
+
+
+def node_wide_command_line(record: str) -> list[str]:
+    """The node-wide hook's argv in a hooks.d file or a base runtime spec: ``cmk hook --node-wide=RECORD``."""
+    return [*ARGS, f"{NODE_WIDE_OPTION}={record}"]
 
 
 HELP = """\
-usage: cmk hook --cpus=LIST [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE
+usage: cmk hook --cpus=LIST [--exclusive] [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE
+       cmk hook --node-wide=RECORD [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE
 
 An OCI createRuntime hook, added by the cmk.intel.com/cpus CDI devices the
 device plugin writes (one per core or slot pool, each with its CPUs in
@@ -104,12 +145,19 @@ device plugin writes (one per core or slot pool, each with its CPUs in
 config.json from the bundle, takes the union of the --cpus of every
 'cmk hook' entry in config.json's hooks.createRuntime (this one's included),
 writes them to the container's cpuset cgroup (v1 or v2) and sets the
-affinity of its init process. The container's env is never read. Any
-failure is one line on stderr and a non-zero status, so the runtime refuses
-to start the container.
+affinity of its init process. If every such entry is --exclusive, it also
+removes the CFS quota of the container's cpu cgroup. The container's env is
+never read. Any failure is one line on stderr and a non-zero status, so the
+runtime refuses to start the container.
+
+--node-wide runs for every container (hooks.d, or a base runtime spec): a
+container with cmk hook entries gets their union as above; one without is
+confined to the infra CPUs in RECORD. No RECORD yet: it starts as created.
 
 options:
   --cpus=LIST         the CPUs of the CDI device that added this hook
+  --exclusive         that device is a whole exclusive core
+  --node-wide=RECORD  the node-wide hook; RECORD holds the infra CPUs
   --proc-root=DIR     procfs to read /proc/PID/cgroup, /proc/PID/task and
                       /proc/self/mountinfo from (default: /proc)
   --cgroup-root=DIR   where the cpuset hierarchy (v1) or the unified one (v2)
@@ -123,4 +171,5 @@ exit statuses:
     7  the container's process is gone
     8  no cpuset cgroup found  9  CPUs outside the parent cgroup's
    10  cpuset.cpus not writable  11  affinity refused
+   12  CFS quota not removable   13  bad infra RECORD
 """
