@@ -60,6 +60,8 @@ class DaemonSettings:
     plan: PlanOptions = field(default_factory=PlanOptions)
     #: Where to write the CDI spec whose hook confines containers; None: no CDI (the CLI defaults to on).
     cdi_dir: Path | None = None
+    #: Mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota of containers holding only them.
+    unthrottle_exclusive: bool = True
 
 
 def socket_name(resource: str) -> str:
@@ -162,7 +164,8 @@ class Daemon:
         """One CDI device per core and per slot pool: the plan fixes them, so hotplug never rewrites it."""
         if self.settings.cdi_dir is None:
             return
-        spec = cdi.build_spec(cdi.spec_devices(self.tree), cdi.hook_path(self.settings.install_dir))
+        exclusive = cdi.exclusive_devices(self.tree) if self.settings.unthrottle_exclusive else frozenset()
+        spec = cdi.build_spec(cdi.spec_devices(self.tree), cdi.hook_path(self.settings.install_dir), exclusive)
         path = cdi.write_spec(spec, self.settings.cdi_dir)
         self._cdi_written = True
         log.info("CDI spec %s: %d devices (%s), hook %s", path, len(spec["devices"]),

@@ -56,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "and affinity) even if it never runs cmk isolate. Needs kubelet 1.28+ "
                             "(DevicePluginCDIDevices: beta and on in 1.29, GA in 1.31) and containerd 1.7+ "
                             "with enable_cdi, or CRI-O 1.23+; older ones ignore it (default: on)")
+    group.add_argument("--unthrottle-exclusive", action=argparse.BooleanOptionalAction, default=True,
+                       help="mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota "
+                            "of a container that holds only such cores (never of one that also holds shared or "
+                            "infra CPUs; the pod's cgroup keeps the kubelet's quota) (default: on)")
     group.add_argument("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
                        help="the runtime's CDI spec directory the spec is written into at start and "
                             f"removed from at exit (default: {DEFAULT_CDI_DIR})")
@@ -103,7 +107,8 @@ def _serve(args: argparse.Namespace) -> int:
     apply_config(args, load_config(args.config) if args.config else {})
     settings = DaemonSettings(kubelet_dir=args.kubelet_dir, sysfs_root=args.sysfs_root,
                               procfs_root=args.procfs_root, install_dir=str(args.install_dir),
-                              plan=plan_options(args), cdi_dir=args.cdi_dir if args.cdi else None)
+                              plan=plan_options(args), cdi_dir=args.cdi_dir if args.cdi else None,
+                              unthrottle_exclusive=args.unthrottle_exclusive)
     events = Events()
     daemon = Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
 

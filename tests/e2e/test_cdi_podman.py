@@ -198,7 +198,8 @@ def test_two_pools_give_the_union_from_one_hook_per_device(node: Node, allocate:
     assert (allowed, cpus) == (node.every, node.every)
     config = oci_config(container_name)
     hooks = config["hooks"]["createRuntime"]  # type: ignore[index]
-    assert sorted(h["args"] for h in hooks) == sorted([hook.command_line(node.core), hook.command_line(node.infra)])
+    assert sorted(h["args"] for h in hooks) == sorted(
+        [hook.command_line(node.core, exclusive=True), hook.command_line(node.infra)])
 
 
 def test_the_env_plays_no_part(node: Node, allocate: Allocate, image: str, container_name: str) -> None:
