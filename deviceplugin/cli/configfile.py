@@ -87,6 +87,7 @@ KEYS: Mapping[str, tuple[str, Callable[[object], object]]] = {
     "cdi": ("cdi", _flag),
     "cdi-dir": ("cdi_dir", _path),
     "unthrottle-exclusive": ("unthrottle_exclusive", _flag),
+    "infra-record": ("infra_record", _flag),
     "metrics-address": ("metrics_address", lambda value: parse_address(_text(value))),
     "pod-resources-socket": ("pod_resources_socket", _path),
     "nfd": ("nfd", _flag),

@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota "
                             "of a container that holds only such cores (never of one that also holds shared or "
                             "infra CPUs; the pod's cgroup keeps the kubelet's quota) (default: on)")
+    group.add_argument("--infra-record", action=argparse.BooleanOptionalAction, default=True,
+                       help="keep the node-wide hook's infra record (the infra CPUs, in --install-dir) in step "
+                            "with the plan: written only when its content differs (default: on)")
     group.add_argument("--cdi-dir", type=Path, default=DEFAULT_CDI_DIR, metavar="DIR",
                        help="the runtime's CDI spec directory the spec is written into at start and "
                             f"removed from at exit (default: {DEFAULT_CDI_DIR})")
@@ -108,7 +111,8 @@ def _serve(args: argparse.Namespace) -> int:
     settings = DaemonSettings(kubelet_dir=args.kubelet_dir, sysfs_root=args.sysfs_root,
                               procfs_root=args.procfs_root, install_dir=str(args.install_dir),
                               plan=plan_options(args), cdi_dir=args.cdi_dir if args.cdi else None,
-                              unthrottle_exclusive=args.unthrottle_exclusive)
+                              unthrottle_exclusive=args.unthrottle_exclusive,
+                              infra_record_dir=Path(args.install_dir) if args.infra_record else None)
     events = Events()
     daemon = Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
 
