@@ -99,8 +99,10 @@ def hook_devices(binary: Path, devices: Mapping[str, list[str]]) -> Iterator[str
     """A CDI spec of our hook under a kind of its own (device -> the hook's args); yields the kind, removed after."""
     import json
 
+    from deviceplugin.host.cdi import CDI_VERSION
+
     kind = f"e2e-{uuid.uuid4().hex[:10]}.cmk.test/cpus"
-    spec = {"cdiVersion": "0.5.0", "kind": kind, "devices": [
+    spec = {"cdiVersion": CDI_VERSION, "kind": kind, "devices": [
         {"name": name, "containerEdits": {"hooks": [
             {"hookName": "createRuntime", "path": str(binary), "args": args, "timeout": 10}]}}
         for name, args in devices.items()]}
@@ -152,3 +154,36 @@ def _remove_cgroup(hierarchy: Path, directory: Path) -> None:
                 raise
             time.sleep(0.1)
     directory.rmdir()  # the last try raises
+
+
+def run_with_hooks(hooks_dir: Path | None, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``podman run`` as :func:`run`, reading OCI hooks declarations from ``hooks_dir`` (as CRI-O's hooks_dir)."""
+    hooks = ["--hooks-dir", str(hooks_dir)] if hooks_dir is not None else []
+    argv = [*PODMAN, *hooks, *RUN[len(PODMAN):], *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=check)
+
+
+def last_cpus(pid: int) -> list[int]:
+    """The CPU each thread of ``pid`` last ran on (field 39 of ``/proc/PID/task/TID/stat``); exited threads skipped."""
+    cpus = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        cpus.append(int(text[text.rindex(")") + 2:].split()[36]))  # fields from 3 (state) on
+    return cpus
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (a container's shell and the loops it forked)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for tid in os.listdir(f"/proc/{current}/task"):
+            try:
+                todo += [int(c) for c in Path(f"/proc/{current}/task/{tid}/children").read_text().split()]
+            except FileNotFoundError:
+                pass
+    return found

@@ -35,7 +35,7 @@ from deviceplugin.standin.answers import ContainerAnswer
 from pinner import hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from pinner.isolate import LIST_HINT, POOLS
-from tests.e2e.podman import env_flags, podman, run
+from tests.e2e.podman import env_flags, hook_devices, podman, run
 
 pytestmark = pytest.mark.e2e
 
@@ -215,24 +215,12 @@ def test_the_env_plays_no_part(node: Node, allocate: Allocate, image: str, conta
 @pytest.fixture
 def bad_devices(node: Node) -> Iterator[str]:
     """A spec of our hook with a missing and a malformed channel, under a kind of its own; removed after."""
-    kind = f"e2e-{uuid.uuid4().hex[:10]}.cmk.test/cpus"
-    binary = str(node.install_dir / "cmk")
-
-    def device(name: str, args: list[str]) -> dict[str, object]:
-        return {"name": name, "containerEdits": {"hooks": [
-            {"hookName": "createRuntime", "path": binary, "args": args, "timeout": 10}]}}
-
-    spec = {"cdiVersion": cdi.CDI_VERSION, "kind": kind, "devices": [
-        device("no-cpus", list(hook.ARGS)),
-        device("malformed", hook.command_line("1,x")),
-        device("cpus-without-value", [*hook.ARGS, "--cpus"]),
-    ]}
-    path = RUNTIME_CDI_DIR / f"{kind.replace('/', '_')}.json"
-    path.write_text(json.dumps(spec))
-    try:
+    with hook_devices(node.install_dir / "cmk", {
+        "no-cpus": list(hook.ARGS),
+        "malformed": hook.command_line("1,x"),
+        "cpus-without-value": [*hook.ARGS, "--cpus"],
+    }) as kind:
         yield kind
-    finally:
-        path.unlink()
 
 
 NO_CPUS = "cmk hook: error: no --cpus=LIST: " + hook.NO_CPUS_HINT
