@@ -74,6 +74,10 @@ class DaemonSettings:
     plan: PlanOptions = field(default_factory=PlanOptions)
     #: Where to write the CDI spec whose hook confines containers; None: no CDI (the CLI defaults to on).
     cdi_dir: Path | None = None
+    #: Mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota of containers holding only them.
+    unthrottle_exclusive: bool = True
+    #: Where the node-wide hook's infra record lives (the install dir); None: not written (the CLI defaults to on).
+    infra_record_dir: Path | None = None
 
 
 def socket_name(resource: str) -> str:
@@ -123,6 +127,7 @@ class Daemon:
         for note in self.plan.notes:
             log.info("plan: %s", note)
         self._write_cdi_spec()  # before serving: an Allocate answer may name its devices at once
+        self._write_infra_record()
         self._serve()
         watchers = [
             PluginDirWatcher(self.settings.kubelet_dir, kubelet_socket_name=KUBELET_SOCKET_NAME,
@@ -176,11 +181,34 @@ class Daemon:
         """One CDI device per core and per slot pool: the plan fixes them, so hotplug never rewrites it."""
         if self.settings.cdi_dir is None:
             return
-        spec = cdi.build_spec(cdi.spec_devices(self.tree), cdi.hook_path(self.settings.install_dir))
+        exclusive = cdi.exclusive_devices(self.tree) if self.settings.unthrottle_exclusive else frozenset()
+        spec = cdi.build_spec(cdi.spec_devices(self.tree), cdi.hook_path(self.settings.install_dir), exclusive)
         path = cdi.write_spec(spec, self.settings.cdi_dir)
         self._cdi_written = True
         log.info("CDI spec %s: %d devices (%s), hook %s", path, len(spec["devices"]),
                  ", ".join(d["name"] for d in spec["devices"]), cdi.hook_path(self.settings.install_dir))
+
+    def _write_infra_record(self) -> None:
+        """The infra CPUs for the node-wide hook, rewritten only if the plan changed them; kept at exit.
+
+        ``cmk install`` (the DaemonSet's init container) wrote it from the same plan, so the daemon's
+        read-only mount of the install dir normally needs no write; if it cannot, the node-wide hook
+        keeps the older record, which the warning names.
+        """
+        if self.settings.infra_record_dir is None:
+            return
+        from deviceplugin.host import nodewide
+        from deviceplugin.model.plan import Pool
+
+        infra = self.plan.cpus(Pool.INFRA)
+        path = nodewide.record_path(self.settings.infra_record_dir)
+        try:
+            written = nodewide.write_record(self.settings.infra_record_dir, infra)
+        except OSError as err:
+            log.warning("cannot write the node-wide hook's infra record %s: %s: containers holding no pool "
+                        "keep the CPUs of the record as it is (run cmk install with this plan)", path, err.strerror)
+            return
+        log.info("infra record %s: %s (%s)", path, format_cpu_list(infra), "written" if written else "unchanged")
 
     def _remove_cdi_spec(self) -> None:
         if self.settings.cdi_dir is None or not self._cdi_written:

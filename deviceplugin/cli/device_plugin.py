@@ -54,7 +54,9 @@ def _serve(args: argparse.Namespace) -> int:
     apply_config(args, load_config(args.config) if args.config else {})
     settings = DaemonSettings(kubelet_dir=args.kubelet_dir, sysfs_root=args.sysfs_root,
                               procfs_root=args.procfs_root, install_dir=str(args.install_dir),
-                              plan=plan_options(args), cdi_dir=args.cdi_dir if args.cdi else None)
+                              plan=plan_options(args), cdi_dir=args.cdi_dir if args.cdi else None,
+                              unthrottle_exclusive=args.unthrottle_exclusive,
+                              infra_record_dir=Path(args.install_dir) if args.infra_record else None)
     events = Events()
     daemon = Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
 

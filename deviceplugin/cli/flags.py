@@ -140,6 +140,8 @@ class Flag:
     choices: Sequence[Any] | None = None
     #: ``--name``/``--no-name``
     switch: bool = False
+    #: may be given more than once: a list (``default`` must then be None, meaning none given)
+    repeat: bool = False
 
     @property
     def dest(self) -> str:
@@ -149,6 +151,9 @@ class Flag:
         if self.switch:
             parser.add_argument(f"--{self.name}", action=argparse.BooleanOptionalAction, default=self.default,
                                 help=self.help)
+        elif self.repeat:
+            parser.add_argument(f"--{self.name}", type=self.parse, action="append", default=[],
+                                metavar=self.metavar, choices=self.choices, help=self.help)
         else:
             parser.add_argument(f"--{self.name}", type=self.parse, default=self.default, metavar=self.metavar,
                                 choices=self.choices, help=self.help)
@@ -229,6 +234,13 @@ DAEMON = FlagGroup("daemon", (
               "and affinity) even if it never runs cmk isolate. Needs kubelet 1.28+ "
               "(DevicePluginCDIDevices: beta and on in 1.29, GA in 1.31) and containerd 1.7+ "
               "with enable_cdi, or CRI-O 1.23+; older ones ignore it (default: on)"),
+    Flag(name="unthrottle-exclusive", switch=True, load=switch_value, default=True,
+         help="mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota "
+              "of a container that holds only such cores (never of one that also holds shared or "
+              "infra CPUs; the pod's cgroup keeps the kubelet's quota) (default: on)"),
+    Flag(name="infra-record", switch=True, load=switch_value, default=True,
+         help="keep the node-wide hook's infra record (the infra CPUs, in --install-dir) in step "
+              "with the plan: written only when its content differs (default: on)"),
     Flag(name="cdi-dir", parse=Path, load=path_value, default=DEFAULT_CDI_DIR, metavar="DIR",
          help="the runtime's CDI spec directory the spec is written into at start and "
               f"removed from at exit (default: {DEFAULT_CDI_DIR})"),
@@ -250,6 +262,15 @@ OBSERVE = FlagGroup("observability", (
          help=f"write Node Feature Discovery labels to DIR/cmk.intel.com (default: {DEFAULT_FEATURES_DIR})"),
     Flag(name="nfd", switch=True, load=switch_value, default=True,
          help="write the Node Feature Discovery feature file (default: on)"),
+))
+
+#: ``cmk install``'s own flags; it plans the infra record with ``ROOTS`` and ``PLAN`` too.
+INSTALL = FlagGroup(None, (
+    Flag(name="hooks-dir", parse=Path, repeat=True, metavar="DIR",
+         help="also write the node-wide hook's declaration into this OCI hooks.d directory "
+              "(podman, CRI-O's hooks_dir; repeatable)"),
+    Flag(name="config", parse=Path, metavar="FILE",
+         help="the daemon's YAML config file: its plan and root keys plan the infra record; " + CONFIG_HELP),
 ))
 
 #: ``cmk device-plugin``'s flags, in help order.

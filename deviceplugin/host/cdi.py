@@ -23,6 +23,12 @@ is trusted", has the runtime functions). A container holding several devices
 gets several hooks; each takes the union of all of them, so each computes the
 same CPUs and the order they run in does not matter.
 
+The devices of whole exclusive cores (the two core pools) are marked
+``--exclusive`` (unless the daemon runs with ``--no-unthrottle-exclusive``):
+a container whose every ``cmk hook`` entry carries the mark holds only CPUs
+nobody else runs on, and the hook removes its CFS quota. The mark travels in
+the same trusted channel as the CPUs, never in the env.
+
 Device IDs are stable (derived from the topology), so the kubelet's replayed
 answers still resolve after a daemon restart. The spec is O(cores) devices: a
 slot pool is one device, however many slots it advertises.
@@ -41,7 +47,7 @@ inside Allocate.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +56,7 @@ from deviceplugin.host.atomic import write_atomically
 from deviceplugin.host.install import INSTALLED_NAME
 from deviceplugin.model.answers import CDI_KIND, cdi_device
 from deviceplugin.model.devices import DeviceTree
+from deviceplugin.model.plan import CORE_POOLS
 from pinner import hook
 from pinner.cpulist import format_cpu_list
 
@@ -83,8 +90,17 @@ def spec_devices(tree: DeviceTree) -> dict[str, frozenset[int]]:
             for devices in tree.values() for device in devices.devices.values()}
 
 
-def build_spec(devices: Mapping[str, frozenset[int]], hook_path: str) -> dict[str, Any]:
+def exclusive_devices(tree: DeviceTree) -> frozenset[str]:
+    """The CDI devices of whole exclusive cores (both core pools): nobody else runs on their CPUs."""
+    return frozenset(cdi_device(devices, device.id) for devices in tree.values() if devices.pool in CORE_POOLS
+                     for device in devices.devices.values())
+
+
+def build_spec(devices: Mapping[str, frozenset[int]], hook_path: str,
+               exclusive: Collection[str] = frozenset()) -> dict[str, Any]:
     """The spec naming ``devices`` (name -> CPUs), each of whose hooks runs the host's ``hook_path``.
+
+    The hooks of the devices named in ``exclusive`` carry ``--exclusive``.
 
     ``hook_path`` is the binary's path on the host (the install dir + ``/cmk``):
     the runtime runs the hook in its own namespaces, not the container's.
@@ -107,7 +123,7 @@ def build_spec(devices: Mapping[str, frozenset[int]], hook_path: str) -> dict[st
                     "hooks": [{
                         "hookName": HOOK_STAGE,
                         "path": hook_path,
-                        "args": hook.command_line(format_cpu_list(cpus)),
+                        "args": hook.command_line(format_cpu_list(cpus), exclusive=name in exclusive),
                         "timeout": HOOK_TIMEOUT_SECONDS,
                     }],
                 },

@@ -23,9 +23,9 @@ HOOK = "/opt/bin/cmk"
 SHARED = {"shared": frozenset({1})}
 
 
-def hook_edit(cpus: str) -> dict[str, object]:
+def hook_edit(cpus: str, *marks: str) -> dict[str, object]:
     return {"env": ["CMK_CDI_CONFINED=1"],
-            "hooks": [{"hookName": "createRuntime", "path": HOOK, "args": ["cmk", "hook", f"--cpus={cpus}"],
+            "hooks": [{"hookName": "createRuntime", "path": HOOK, "args": ["cmk", "hook", f"--cpus={cpus}", *marks],
                        "timeout": 10}]}
 
 
@@ -38,6 +38,20 @@ def test_each_device_carries_its_own_cpus_in_its_own_hook() -> None:
             {"name": "shared", "containerEdits": hook_edit("2-4,10")},
         ],
     }
+
+
+def test_only_the_devices_named_exclusive_carry_the_mark() -> None:
+    spec = cdi.build_spec({"cpus-1.9": frozenset({1, 9}), "shared": frozenset({2})}, HOOK, exclusive={"cpus-1.9"})
+    assert [d["containerEdits"] for d in spec["devices"]] == [hook_edit("1,9", "--exclusive"), hook_edit("2")]
+
+
+def test_the_exclusive_devices_are_the_cores_of_both_core_pools(tmp_path: Path) -> None:
+    topology = discover(*fixture_copy("cmk-xeon_d", tmp_path))
+    pools = device_tree(plan_pools(topology, PlanOptions(num_exclusive_cores=2, excl_non_isolcpus=frozenset({4}))),
+                        topology.online)
+    exclusive = cdi.exclusive_devices(pools)
+    assert len(exclusive) == 3 and all(name.startswith("cpus-") for name in exclusive)
+    assert exclusive == {name for name in cdi.spec_devices(pools) if name not in ("shared", "infra")}
 
 
 def test_device_names_are_fully_qualified() -> None:
@@ -122,3 +136,11 @@ def test_cdi_flags_come_from_the_config_file_too(tmp_path: Path):
     assert (args.cdi, args.cdi_dir) == (False, Path("/etc/cdi"))
     defaults = apply_config(build_parser().parse_args(["device-plugin"]), {})
     assert (defaults.cdi, defaults.cdi_dir) == (True, Path("/var/run/cdi"))
+
+
+def test_unthrottling_is_on_by_default_and_off_by_flag_or_config(tmp_path: Path):
+    (tmp_path / "cmk.yaml").write_text("unthrottle-exclusive: false\n")
+    parse = build_parser().parse_args
+    assert apply_config(parse(["device-plugin"]), {}).unthrottle_exclusive is True
+    assert apply_config(parse(["device-plugin", "--no-unthrottle-exclusive"]), {}).unthrottle_exclusive is False
+    assert apply_config(parse(["device-plugin"]), load_config(tmp_path / "cmk.yaml")).unthrottle_exclusive is False
