@@ -15,6 +15,11 @@ def main(argv: list[str] | None = None) -> int:
         from pinner.isolate import main as isolate_main
 
         return isolate_main(args[1:])
+    import os
+
+    # gRPC's C core writes its own lines to stderr (e.g. "E1201 ... add_port.cc" for a socket path
+    # that is too long) before our one-line error; the errors it reports reach us as exceptions.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         from deviceplugin.cli.commands import run
 

@@ -10,47 +10,55 @@ import argparse
 from pathlib import Path
 
 from api.constants import POD_RESOURCES_SOCKET
+from deviceplugin.host.install import install_dir_problem
+from deviceplugin.model.limits import (
+    MAX_CPUS,
+    MAX_SLOTS,
+    CpuListError,
+    checked_cpu_list,
+    parse_count,
+)
 from deviceplugin.model.plan import DEFAULT_SLOTS, Mode, PlanOptions
-from pinner.cpulist import CpuListError, parse_cpu_list
 
 
-def _whole_at_least(text: str, least: int) -> int:
+def _whole(text: str, least: int, most: int) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
-    return value
+        return parse_count(text, least=least, most=most)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _count(text: str) -> int:
-    return _whole_at_least(text, 0)
+    """Cores: no more than the kernel has CPUs."""
+    return _whole(text, 0, MAX_CPUS)
 
 
 def _slots(text: str) -> int:
-    return _whole_at_least(text, 1)
+    """Slots: few enough that one ListAndWatch message stays well under the kubelet's 4 MiB."""
+    return _whole(text, 1, MAX_SLOTS)
 
 
 def _cpus(text: str) -> frozenset[int]:
     try:
-        return parse_cpu_list(text)
+        return checked_cpu_list(text)
     except CpuListError as err:
         raise argparse.ArgumentTypeError(f"{err} (expected e.g. 4-5,12-13)") from None
 
 
 def host_dir(text: str) -> str:
     """An absolute host directory: Allocate answers and CDI specs hand it to the container runtime."""
-    if not text.startswith("/"):
-        raise argparse.ArgumentTypeError(f"must be an absolute host path, got {text!r}")
-    return text
+    try:
+        return install_dir_problem(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def parse_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[v6]:PORT`` -> (host, port); ValueError saying what is expected."""
     host, sep, port = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not host.isprintable() or not port.isascii() or not port.isdigit() \
+            or len(port) > 5 or int(port) > 65535:
         raise ValueError(f"expected HOST:PORT (e.g. 0.0.0.0:9464 or 127.0.0.1:0), got {text!r}")
     return host, int(port)
 

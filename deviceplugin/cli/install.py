@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from deviceplugin.cli.flags import host_dir
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR, built_pinner, install_pinner
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--install-dir",
-        type=Path,
+        type=lambda text: Path(host_dir(text)),
         default=DEFAULT_INSTALL_DIR,
         metavar="DIR",
         help=f"host directory to install the self-contained pinner into (default: {DEFAULT_INSTALL_DIR})",
