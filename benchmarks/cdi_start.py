@@ -2,9 +2,9 @@
 
 ``podman run --rm IMAGE /bin/true`` under runc, RUNS times each, interleaved
 so drift hits both alike: once plain, once with ``--device
-cmk.intel.com/cpus=exclusive`` (the runtime reads the spec, runs ``cmk hook``
-at createRuntime, which writes the cgroup and pins the process). Both get
-the same ``CMK_CPUS_EXCLUSIVE`` env. Printed: median and p90 of each, their
+cmk.intel.com/cpus=cpus-N`` (one core's device: the runtime reads the spec,
+runs its ``cmk hook --cpus=N`` at createRuntime, which writes the cgroup and
+pins the process). Both get the same ``CMK_CPUS_EXCLUSIVE`` env. Printed: median and p90 of each, their
 difference and ratio (target: the hook adds under 20 ms).
 
 The hook alone is timed too, spawn to exit against a real process in a real
@@ -73,24 +73,24 @@ def main() -> int:
         binary = install_pinner(DEFAULT_OUTPUT, work_dir / "opt-bin")
 
         bundle = work_dir / "bundle"
-        write_config(bundle, ["PATH=/bin", f"CMK_CPUS_EXCLUSIVE={CPU}"])
+        write_config(bundle, [str(CPU)])
         direct: dict[str, list[float]] = {"spawn /bin/true": [], "spawn cmk hook (cgroup + affinity)": []}
         with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
             stdin = state(proc.pid, bundle).encode()
             for _ in range(args.hook_runs):
                 direct["spawn /bin/true"].append(timed(["/bin/true"], stdin))
-                direct["spawn cmk hook (cgroup + affinity)"].append(timed([str(binary), "hook"], stdin))
+                direct["spawn cmk hook (cgroup + affinity)"].append(timed([str(binary), "hook", f"--cpus={CPU}"], stdin))
         report(f"the hook alone ({args.hook_runs} runs each, interleaved):", direct, "spawn /bin/true",
                "spawn cmk hook (cgroup + affinity)")
 
-        spec = cdi.write_spec(cdi.build_spec(["exclusive"], str(binary)), work_dir / "cdi")
+        spec = cdi.write_spec(cdi.build_spec({f"cpus-{CPU}": frozenset({CPU})}, str(binary)), work_dir / "cdi")
         RUNTIME_CDI_DIR.mkdir(parents=True, exist_ok=True)
         link = RUNTIME_CDI_DIR / f"cmk-bench-{uuid.uuid4().hex[:10]}.json"
         link.symlink_to(spec)
         try:
             with busybox_image("cmk-bench") as image:
                 plain = [*RUN, "--rm", "-e", f"CMK_CPUS_EXCLUSIVE={CPU}", image, "/bin/true"]
-                device = [*RUN, "--rm", "--device", cdi.device_name("exclusive"), "-e", f"CMK_CPUS_EXCLUSIVE={CPU}",
+                device = [*RUN, "--rm", "--device", cdi.device_name(f"cpus-{CPU}"), "-e", f"CMK_CPUS_EXCLUSIVE={CPU}",
                           image, "/bin/true"]
                 timed(plain), timed(device)  # warm podman's caches for both
                 runs: dict[str, list[float]] = {"podman run --rm /bin/true": [], "... with the CDI device": []}

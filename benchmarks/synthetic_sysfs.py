@@ -5,8 +5,10 @@ The real dumps in ``shared/fixtures/topologies`` stop at 256 CPUs; benchmarks
 x86 kernel writes: CPUs numbered first threads of every core across all
 sockets, then second threads (siblings ``n`` and ``n + cores``), ``*_list``
 files beside the hex masks, L1d/L1i/L2 per core and L3 per NUMA node (as on
-SNC or AMD NPS machines), no ``online`` file for cpu0, and ``isolcpus=`` on
-the command line matching ``cpu/isolated``.
+SNC or AMD NPS machines) or, with ``l3_per_node``, several L3 groups of
+consecutive cores per node (AMD CCXs, Intel sub-NUMA L3 slices), no
+``online`` file for cpu0, and ``isolcpus=`` on the command line matching
+``cpu/isolated``.
 
 Importable (``from benchmarks.synthetic_sysfs import write_synthetic_sysfs``)
 and runnable: ``python benchmarks/synthetic_sysfs.py DIR 4 2 64 2`` writes a
@@ -42,16 +44,21 @@ def write_synthetic_sysfs(
     isolated: Iterable[int] = (),
     *,
     base_frequency_khz: int | None = None,
+    l3_per_node: int = 1,
 ) -> SyntheticRoots:
     """Write ``root/sys/devices/system/{cpu,node}`` and ``root/proc/cmdline``.
 
     ``isolated`` CPUs go to ``cpu/isolated`` and to ``isolcpus=`` on the
-    command line; ``base_frequency_khz`` adds ``cpufreq/base_frequency``.
+    command line; ``base_frequency_khz`` adds ``cpufreq/base_frequency``;
+    ``l3_per_node`` splits each node's cores into that many L3 groups.
     """
     cores = sockets * nodes_per_socket * cores_per_node
     total = cores * threads_per_core
     if total == 0:
         raise ValueError("a synthetic machine needs at least one CPU")
+    if l3_per_node < 1 or cores_per_node % l3_per_node:
+        raise ValueError(f"{cores_per_node} cores per node do not split into {l3_per_node} equal L3 groups")
+    cores_per_l3 = cores_per_node // l3_per_node
     isolated_set = frozenset(isolated)
     system = root / "sys" / "devices" / "system"
     cpu_root = system / "cpu"
@@ -64,7 +71,8 @@ def write_synthetic_sysfs(
         node, core_in_node = divmod(core, cores_per_node)
         socket = node // nodes_per_socket
         threads = core_threads(core)
-        node_cpus = [t for c in range(node * cores_per_node, (node + 1) * cores_per_node) for t in core_threads(c)]
+        l3_first = core - core % cores_per_l3
+        l3_cpus = [t for c in range(l3_first, l3_first + cores_per_l3) for t in core_threads(c)]
         socket_first = socket * nodes_per_socket * cores_per_node
         socket_cpus = [
             t
@@ -89,7 +97,7 @@ def write_synthetic_sysfs(
             (1, "Data", threads),
             (1, "Instruction", threads),
             (2, "Unified", threads),
-            (3, "Unified", node_cpus),
+            (3, "Unified", l3_cpus),
         ]
         for cpu in threads:
             cpu_dir = cpu_root / f"cpu{cpu}"
@@ -148,13 +156,18 @@ def _mask(cpus: Iterable[int], total: int) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 5 or not all(arg.isdigit() for arg in argv[1:]):
+    if len(argv) not in (5, 6) or not all(arg.isdigit() for arg in argv[1:]):
         print(
-            "usage: synthetic_sysfs.py DIR SOCKETS NODES_PER_SOCKET CORES_PER_NODE THREADS_PER_CORE",
+            "usage: synthetic_sysfs.py DIR SOCKETS NODES_PER_SOCKET CORES_PER_NODE THREADS_PER_CORE [L3_PER_NODE]",
             file=sys.stderr,
         )
         return 2
-    roots = write_synthetic_sysfs(Path(argv[0]), *(int(arg) for arg in argv[1:]))
+    sockets, nodes, cores, threads, *l3 = (int(arg) for arg in argv[1:])
+    try:
+        roots = write_synthetic_sysfs(Path(argv[0]), sockets, nodes, cores, threads, l3_per_node=l3[0] if l3 else 1)
+    except ValueError as error:
+        print(f"synthetic_sysfs.py: {error}", file=sys.stderr)
+        return 2
     print(f"--sysfs-root {roots.sysfs} --procfs-root {roots.procfs}")
     return 0
 

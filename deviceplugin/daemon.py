@@ -166,21 +166,15 @@ class Daemon:
 
     # --- CDI ------------------------------------------------------------------------------
 
-    def cdi_devices(self, resource: str) -> tuple[str, ...]:
-        """What the pool's Allocate answers name: its CDI device, or nothing with CDI off."""
-        if self.settings.cdi_dir is None:
-            return ()
-        return (cdi.device_name(self.tree[resource].pool.value),)
-
     def _write_cdi_spec(self) -> None:
+        """One CDI device per core and per slot pool: the plan fixes them, so hotplug never rewrites it."""
         if self.settings.cdi_dir is None:
             return
-        spec = cdi.build_spec([devices.pool.value for devices in self.tree.values()],
-                              cdi.hook_path(self.settings.install_dir))
+        spec = cdi.build_spec(cdi.spec_devices(self.tree), cdi.hook_path(self.settings.install_dir))
         path = cdi.write_spec(spec, self.settings.cdi_dir)
         self._cdi_written = True
-        log.info("CDI spec %s: devices %s, hook %s", path, ", ".join(d["name"] for d in spec["devices"]),
-                 cdi.hook_path(self.settings.install_dir))
+        log.info("CDI spec %s: %d devices (%s), hook %s", path, len(spec["devices"]),
+                 ", ".join(d["name"] for d in spec["devices"]), cdi.hook_path(self.settings.install_dir))
 
     def _remove_cdi_spec(self) -> None:
         if self.settings.cdi_dir is None or not self._cdi_written:
@@ -200,7 +194,7 @@ class Daemon:
         for resource, devices in self.tree.items():
             server = PoolServer(devices, socket_path=self.settings.kubelet_dir / socket_name(resource),
                                 install_dir=self.settings.install_dir, prefer=self._prefer,
-                                cdi_devices=self.cdi_devices(resource), events=self.events)
+                                cdi=self.settings.cdi_dir is not None, events=self.events)
             server.start()
             self._servers[resource] = server
             registrations.append(Registration(resource, server.socket_path.name, options_message(devices)))

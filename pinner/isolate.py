@@ -106,6 +106,12 @@ ERRNO_TEXT = {
     "EROFS": "read-only file system",
 }
 
+#: What the pinners say of a sysfs or cgroup file they refuse to open (both print the same texts).
+NOT_REGULAR_TEXT = "not a regular file (a FIFO, device or directory is refused)"
+SYMLINK_TEXT = "a symbolic link (not followed)"
+#: The most read from a file that holds one number.
+MAX_NUMBER_FILE_BYTES = 64
+
 HELP = """\
 usage: cmk isolate [--socket-id=N] --pool=POOL [--no-affinity] [--namespace=NS] COMMAND [-- ARGS...]
        cmk isolate [--socket-id=N] --pool=POOL [--no-affinity] -- COMMAND [ARGS...]
@@ -333,13 +339,37 @@ def errno_text(number: int) -> str:
 # ---- I/O at the edges ------------------------------------------------------
 
 
+def read_small_file(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of the regular file ``path``, which is opened without following a
+    final symlink and without blocking: a FIFO, device or directory there is refused, never waited on.
+
+    Raises OSError, with ``strerror`` set to one of the texts above for what is refused.
+    """
+    try:
+        fd = posix.open(path, posix.O_RDONLY | posix.O_NONBLOCK | posix.O_NOFOLLOW | posix.O_CLOEXEC
+                        | posix.O_NOCTTY)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, SYMLINK_TEXT) from None
+        raise
+    try:
+        if posix.fstat(fd).st_mode & 0o170000 != 0o100000:  # S_ISREG, without importing stat
+            raise OSError(errno.EINVAL, NOT_REGULAR_TEXT)
+        return posix.read(fd, limit)
+    finally:
+        posix.close(fd)
+
+
+def file_error_text(err: OSError) -> str:
+    return err.strerror if err.strerror in (SYMLINK_TEXT, NOT_REGULAR_TEXT) else errno_text(err.errno or 0)
+
+
 def read_package(root: str, cpu: int) -> int:
     path = f"{root}/devices/system/cpu/cpu{cpu}/topology/physical_package_id"
     try:
-        with open(path, "rb") as f:
-            text = f.read(64).replace(b"\0", b"").strip()
+        text = read_small_file(path, MAX_NUMBER_FILE_BYTES).replace(b"\0", b"").strip()
     except OSError as err:
-        raise socket_read_error(cpu, path, errno_text(err.errno or 0)) from None
+        raise socket_read_error(cpu, path, file_error_text(err)) from None
     digits = text.removeprefix(b"-")
     if not digits.isdigit() or len(digits) > 9:
         raise socket_read_error(cpu, path, f"'{shown(text)}' is not a number")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from deviceplugin.cli.configfile import apply_config, defer_defaults, load_config
 from deviceplugin.cli.flags import (
@@ -22,6 +24,9 @@ from deviceplugin.cli.flags import (
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.plan import plan_pools
 from deviceplugin.view.describe import describe_data, render_table
+
+if TYPE_CHECKING:
+    from deviceplugin.model.cpustats import Place
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,10 +41,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     planning = [action.dest for group in parser._action_groups for action in group._group_actions
                 if action.dest not in ("help", "config", "output")]
     defer_defaults(parser, planning)
+    parser.add_argument("--usage-window", type=_window, default=1.0, metavar="SECONDS",
+                        help="sample procfs' CPU counters this long for the usage section; 0 leaves it out "
+                             "(default: 1)")
+
+
+def _window(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 60:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 60")
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:
     from deviceplugin.kubelet.podresources import Unavailable, read_assignments
+    from deviceplugin.model.cpustats import held_cpus, places
     from deviceplugin.model.devices import device_tree
     from deviceplugin.view.live import live_data, unavailable
 
@@ -49,11 +68,15 @@ def run(args: argparse.Namespace) -> int:
     data = describe_data(topology, plan)
     tree = device_tree(plan, topology.online)
     socket = str(args.pod_resources_socket)
+    held = None
     try:
         assignments = read_assignments(args.pod_resources_socket, resources=tree)
         data["live"] = live_data(tree, assignments, socket, topology.offline)
+        held = held_cpus(tree, assignments.held)
     except Unavailable as err:
         data["live"] = unavailable(socket, str(err))
+    if args.usage_window:
+        data["usage"] = _usage(args.procfs_root, places(topology, plan), args.usage_window, held)
     if args.output == "json":
         print(json.dumps(data, indent=2))
     elif args.output == "yaml":
@@ -63,3 +86,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_table(data))
     return 0
+
+
+def _usage(procfs_root: Path, place: Mapping[int, Place], seconds: float, held: frozenset[int] | None) -> dict[str, Any]:
+    from deviceplugin.host.procstats import sample_window
+    from deviceplugin.model.cpustats import StatsError
+    from deviceplugin.view import usage
+
+    try:
+        before, after, elapsed = sample_window(procfs_root, seconds)
+    except StatsError as err:
+        return usage.unavailable(str(err))
+    return usage.usage_data(place, before, after, elapsed, held)

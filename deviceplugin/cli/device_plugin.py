@@ -138,10 +138,14 @@ def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: 
     resolver.start()
     cleanup.callback(resolver.stop)
     if args.metrics_address is not None:
+        from deviceplugin.model.cpustats import places
+        from deviceplugin.observe.cpumetrics import CpuCollector
         from deviceplugin.observe.metrics import Metrics, PoolCollector, serve_metrics
 
+        cpu_stats = CpuCollector(procfs_root=args.procfs_root, places=places(daemon.topology, daemon.plan))
         collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
-                                  registered=daemon.registered_resources, pod_resources=args.pod_resources_socket)
+                                  registered=daemon.registered_resources, pod_resources=args.pod_resources_socket,
+                                  cpu_stats=cpu_stats)
         metrics = Metrics(collector, daemon.tree)
         events.listen(metrics.on_event)
         host, port = cleanup.enter_context(serve_metrics(metrics.registry, *args.metrics_address))

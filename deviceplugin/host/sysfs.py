@@ -22,6 +22,10 @@ code, in the order the kernel's own history needs them:
   lists has node ``None``.
 * an online CPU without a ``topology/`` folder is a lone thread of unknown
   placement; a core's siblings are its *online* threads.
+* caches: the first ``cache/indexN`` of level 2 and of level 3 that is not
+  an ``Instruction`` cache; no ``cache/`` folder or no such index means no
+  L2/L3 grouping (``None``); an empty sharing list (ia64 kernels write
+  ``00000000``) means the core's own cache, as hwloc reads it.
 * isolated CPUs: ``cpu/isolated`` plus ``isolcpus=`` on the command line
   (whatever its flags); ``nohz_full``: ``cpu/nohz_full`` (``(null)`` means
   none) plus ``nohz_full=``. A missing ``cmdline`` means no parameters.
@@ -161,7 +165,8 @@ def _online_cpu(
         # Online but undescribed (a trimmed dump): a lone thread of unknown placement.
         return Cpu(id=cpu, online=True, node=node, siblings=frozenset({cpu}))
     siblings = reader.cpus(*(_join(topology, name) for name in _SIBLING_FILES if name in names))
-    l2, l3 = _caches(reader, _join(path, "cache"))
+    core = ((siblings or frozenset()) & online) | {cpu}
+    l2, l3 = _caches(reader, _join(path, "cache"), core)
     base_frequency, epp = _cpufreq(reader, _join(path, "cpufreq"))
     return Cpu(
         id=cpu,
@@ -170,7 +175,7 @@ def _online_cpu(
         die=_id(reader, topology, names, "die_id"),
         node=node,
         core_id=_id(reader, topology, names, "core_id"),
-        siblings=((siblings or frozenset()) & online) | {cpu},
+        siblings=core,
         l2=l2,
         l3=l3,
         base_frequency=base_frequency,
@@ -193,8 +198,13 @@ def _id(reader: _Reader, directory: str, names: Collection[str], name: str) -> i
     return value
 
 
-def _caches(reader: _Reader, cache_root: str) -> tuple[frozenset[int] | None, frozenset[int] | None]:
-    """The CPUs sharing this CPU's L2 and L3 (``None`` where the dump has no such cache)."""
+def _caches(reader: _Reader, cache_root: str,
+            core: frozenset[int]) -> tuple[frozenset[int] | None, frozenset[int] | None]:
+    """The CPUs sharing this CPU's L2 and L3 (``None`` where the dump has no such cache).
+
+    An empty sharing list (ia64 kernels write ``00000000`` for L3) means the
+    core's own cache, as hwloc reads it.
+    """
     shared: dict[int, frozenset[int]] = {}
     indexes = sorted(
         (int(match.group(1)), match.group(0))
@@ -209,8 +219,8 @@ def _caches(reader: _Reader, cache_root: str) -> tuple[frozenset[int] | None, fr
         if reader.text(_join(index, "type")) == "Instruction":
             continue
         cpus = reader.cpus(_join(index, "shared_cpu_list"), _join(index, "shared_cpu_map"))
-        if cpus:
-            shared[level] = cpus
+        if cpus is not None:
+            shared[level] = cpus or core
     return shared.get(2), shared.get(3)
 
 

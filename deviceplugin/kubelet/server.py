@@ -101,11 +101,11 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     """Serves one resource; :meth:`update` pushes a new snapshot to every open stream."""
 
     def __init__(self, devices: PoolDevices, *, socket_path: Path, install_dir: str,
-                 prefer: Preference, cdi_devices: tuple[str, ...] = (), events: Events | None = None) -> None:
+                 prefer: Preference, cdi: bool = False, events: Events | None = None) -> None:
         self.socket_path = socket_path
         self._events = events or Events()
         self._install_dir = install_dir
-        self._cdi_devices = cdi_devices
+        self._cdi = cdi
         self._prefer = prefer
         self._devices = devices
         self._version = 0
@@ -230,7 +230,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
             ids = list(req.devices_ids)
             try:
                 answer = allocate_answer(devices, ids, install_dir=self._install_dir,
-                                         cdi_devices=self._cdi_devices)
+                                         cdi=self._cdi)
             except DeviceRequestError as err:
                 self._events.emit("allocate_refused", f"refused allocation: {err}", level=logging.WARNING,
                                   **where, devices=ids, error=str(err), seconds=time.perf_counter() - start)

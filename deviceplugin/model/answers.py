@@ -9,10 +9,14 @@ plugins' answers keeping the first value of each env name and mount path.
 So every pool sets its own env name, and the one mount every pool adds (the
 pinner's install dir at ``/opt/bin``) is identical in all of them.
 
-CDI: with CDI on, every answer also names its pool's CDI device
-(``cmk.intel.com/cpus=<pool>``, see :mod:`deviceplugin.host.cdi`), whose hook
-confines the container from the runtime side. The name is passed in, so this
-module stays free of the spec's I/O.
+CDI: with CDI on, every answer also names the CDI device of each of its
+device IDs (``cmk.intel.com/cpus=cpus-1.9``, or the slot pool's
+``cmk.intel.com/cpus=shared``; see :mod:`deviceplugin.host.cdi`), whose hook
+carries those CPUs and confines the container from the runtime side. The env
+is for the in-container pinner only: a pod can set the same names itself, so
+nothing that enforces CPUs reads it. The names are pure functions of the
+IDs (:func:`cdi_device_names`); ``deviceplugin.host.cdi`` writes the spec
+that declares the same names.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from deviceplugin.model.devices import PoolDevices
-from deviceplugin.model.plan import Pool
+from deviceplugin.model.plan import CORE_POOLS, Pool
 from pinner.cpulist import format_cpu_csv
 from pinner.isolate import POOLS as PINNER_POOLS
 
@@ -30,6 +34,24 @@ PINNER_CONTAINER_DIR = "/opt/bin"
 
 #: pool -> the env variable its Allocate answer sets: the pinner's own table, so both sides agree
 ENV_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value][0] for pool in Pool}
+
+
+#: The CDI kind of the daemon's devices (``deviceplugin.host.cdi`` writes the spec declaring them).
+CDI_KIND = "cmk.intel.com/cpus"
+
+
+def cdi_device(devices: PoolDevices, device_id: str) -> str:
+    """The spec's device for one kubelet device ID: the ID itself for a core, the pool for a slot.
+
+    Every slot of a pool carries the pool's CPUs, so one device per slot pool
+    keeps the spec O(cores) however many slots are advertised.
+    """
+    return device_id if devices.pool in CORE_POOLS else devices.pool.value
+
+
+def cdi_device_names(devices: PoolDevices, ids: Sequence[str]) -> tuple[str, ...]:
+    """The fully qualified CDI devices an answer for ``ids`` names (``cmk.intel.com/cpus=cpus-1.9``), once each."""
+    return tuple(dict.fromkeys(f"{CDI_KIND}={cdi_device(devices, i)}" for i in ids))
 
 
 class DeviceRequestError(ValueError):
@@ -73,8 +95,10 @@ def pinner_mount(install_dir: str) -> Mount:
 
 
 def allocate_answer(devices: PoolDevices, ids: Sequence[str], *, install_dir: str,
-                    cdi_devices: tuple[str, ...] = ()) -> ContainerAnswer:
-    """The env naming the container's CPUs, the pinner mount and ``cdi_devices``; DeviceRequestError for bad IDs.
+                    cdi: bool = False) -> ContainerAnswer:
+    """The env naming the container's CPUs, the pinner mount and, with ``cdi``, the CDI device of every ID.
+
+    DeviceRequestError for bad IDs.
 
     Core devices carry their core's CPUs and slot devices the whole pool's,
     so the union over the IDs is right for both kinds.
@@ -84,5 +108,5 @@ def allocate_answer(devices: PoolDevices, ids: Sequence[str], *, install_dir: st
     return ContainerAnswer(
         envs={ENV_NAMES[devices.pool]: format_cpu_csv(cpus)},
         mounts=(pinner_mount(install_dir),),
-        cdi_devices=cdi_devices,
+        cdi_devices=cdi_device_names(devices, ids) if cdi else (),
     )

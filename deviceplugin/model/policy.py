@@ -4,10 +4,21 @@ A pure function of (cores, available, must_include, size), like NVIDIA's
 allocator, so the gRPC server only converts protobuf and the kubelet
 stand-in, the tests and the placement benchmark call the very same code.
 
-The choice descends a short list of *levels* — NUMA node, then L3 cache
-group inside it, then single cores. At each level one greedy loop splits
-the count over the groups, asking an ordered list of named *strategies*
-which group to take from next:
+First, the narrowest *scope* that holds the whole request wins: one NUMA
+node and one L3 cache group, else one node, else one L3 group (where an L3
+spans nodes, as on memory-side-cache machines), each only if it needs no
+more NUMA nodes than the request needs anyway and holds every
+``must_include`` device. So no request is split across nodes or L3 groups
+while a group with room exists. Among the groups that hold it, the one in
+the NUMA node with the *fewest* free devices, then the group with the
+fewest, is taken (a best fit at both levels, so that big groups keep room
+for big requests).
+
+Then, inside that scope (or over all free devices when none holds the
+request), the choice descends a short list of *levels* — NUMA node, then
+L3 cache group inside it, then single cores. At each level one greedy loop
+splits the count over the groups, asking an ordered list of named
+*strategies* which group to take from next:
 
 1. ``already-used``: a group that already holds a ``must_include`` device
    (or was chosen earlier in this request) costs no extra node or cache,
@@ -17,23 +28,26 @@ which group to take from next:
 3. ``largest-first``: nothing holds the rest, so take every free device of
    the group with the *most*; repeating this uses the fewest groups.
 
-Ties go to the lowest group key (NUMA node id; first CPU of the L3 group),
-and inside a group to the core with the lowest first CPU. Keys are
-properties of the cores, never positions in ``available``, so the answer
-does not depend on the order the kubelet lists the IDs in.
+Ties go to the lowest group key (NUMA node id; first CPU of the L3
+group), and inside a group to the core with the lowest first CPU. Keys
+are properties of the cores, never positions in ``available``, so the
+answer does not depend on the order the kubelet lists the IDs in.
 
-A CPU with no NUMA node or no L3 information counts as one group (key -1)
-at that level: missing information does not split a request.
+A CPU with no NUMA node or L3 information counts as one group
+(key -1) at that level: missing information does not split a request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from deviceplugin.model.topology import Core
 
 #: Free devices per group key (NUMA node id, L3 group's first CPU).
 Spare = Mapping[int, int]
+#: A group's key at one scope: the NUMA node and L3 group, or one of them.
+Scope = Callable[[Core], tuple[int, ...]]
 #: Picks the group to take from next, or None to let the next strategy decide.
 Strategy = Callable[[Spare, int, frozenset[int]], int | None]
 
@@ -68,8 +82,28 @@ def _l3_key(core: Core) -> int:
     return min(core.l3) if core.l3 else -1
 
 
+def _cell_key(core: Core) -> tuple[int, ...]:
+    return _node_key(core), _l3_key(core)
+
+
+def _node_only(core: Core) -> tuple[int, ...]:
+    return (_node_key(core),)
+
+
+def _l3_only(core: Core) -> tuple[int, ...]:
+    return (_l3_key(core),)
+
+
 #: Outermost first: one NUMA node matters more than one L3 group.
 LEVELS: tuple[tuple[str, Callable[[Core], int]], ...] = (("numa-node", _node_key), ("l3-cache", _l3_key))
+
+#: Narrowest first: the kinds of group one of which should hold a whole request, each with the
+#: enclosing level whose free devices rank its candidates first (fewest first).
+SCOPES: tuple[tuple[str, Scope, tuple[Callable[[Core], int], ...]], ...] = (
+    ("numa-node and l3-cache", _cell_key, (_node_key,)),
+    ("numa-node", _node_only, ()),
+    ("l3-cache", _l3_only, ()),
+)
 
 
 def _next_group(spare: Spare, need: int, used: frozenset[int]) -> int:
@@ -111,6 +145,49 @@ def _choose(cores: Mapping[str, Core], free: Iterable[str], required: frozenset[
     return chosen
 
 
+def _nodes_needed(cores: Mapping[str, Core], free: Collection[str], required: frozenset[str], count: int) -> int:
+    """The fewest NUMA nodes that hold ``count`` of ``free`` with every required device (largest first)."""
+    per_node = Counter(_node_key(cores[device]) for device in free)
+    mandatory = {_node_key(cores[device]) for device in required}
+    rest = count - sum(per_node[node] for node in mandatory)
+    others = sorted((n for node, n in per_node.items() if node not in mandatory), reverse=True)
+    needed = len(mandatory)
+    for spare in others:
+        if rest <= 0:
+            break
+        rest -= spare
+        needed += 1
+    return needed
+
+
+def _best_holding(cores: Mapping[str, Core], free: Collection[str], required: frozenset[str], count: int,
+                  key: Scope, outer: Sequence[Callable[[Core], int]], fewest: int) -> set[str] | None:
+    """The free devices of the best-fit group of one scope that holds the request, or None."""
+    groups: dict[tuple[int, ...], set[str]] = {}
+    for device in free:
+        groups.setdefault(key(cores[device]), set()).add(device)
+    spare = [Counter(level(cores[device]) for device in free) for level in outer]
+
+    def rank(group: tuple[int, ...]) -> tuple[int, ...]:
+        core = cores[next(iter(groups[group]))]
+        return (*(counts[level(core)] for counts, level in zip(spare, outer)), len(groups[group]), *group)
+
+    holding = [group for group, members in groups.items() if len(members) >= count and required <= members
+               and _nodes_needed(cores, members, required, count) <= fewest]
+    return groups[min(holding, key=rank)] if holding else None
+
+
+def _one_group(cores: Mapping[str, Core], free: Collection[str], required: frozenset[str],
+               count: int) -> Collection[str]:
+    """The free devices of the narrowest scope's best-fit group that holds the request; else all of ``free``."""
+    fewest = _nodes_needed(cores, free, required, count)
+    for _, key, outer in SCOPES:
+        members = _best_holding(cores, free, required, count, key, outer, fewest)
+        if members is not None:
+            return members
+    return free
+
+
 def preferred_allocation(cores: Mapping[str, Core], available: Sequence[str], must_include: Sequence[str],
                          size: int) -> list[str]:
     """The devices a container should get, ordered by first CPU.
@@ -138,7 +215,8 @@ def preferred_allocation(cores: Mapping[str, Core], available: Sequence[str], mu
         raise ValueError(f"{len(required)} must_include devices exceed allocation size {size}; "
                          "the size counts the reused devices too")
     free = {device for device in available if device in cores}
-    chosen = _choose(cores, free, required, min(size, len(free)), LEVELS)
+    count = min(size, len(free))
+    chosen = _choose(cores, _one_group(cores, free, required, count), required, count, LEVELS)
     return sorted(chosen, key=lambda device: (cores[device].first, device))
 
 

@@ -19,7 +19,9 @@ counters. Two kinds of series:
   as 0 (nothing allocated would be a lie), and ``cmk_pod_resources_up`` is 0.
 
 Pool series carry ``pool`` and ``resource`` labels (``cmk_pool_cpus``: ``pool``
-and ``numa_node``) and exist only for the pools the daemon serves.
+and ``numa_node``) and exist only for the pools the daemon serves. Given a
+:class:`deviceplugin.observe.cpumetrics.CpuCollector`, the scrape also carries the
+per-CPU isolation series, sharing the one pod resources read.
 """
 
 from __future__ import annotations
@@ -44,8 +46,11 @@ from deviceplugin.kubelet.podresources import (
     Unavailable,
     read_assignments,
 )
+from deviceplugin.model.assignments import Assignments
+from deviceplugin.model.cpustats import held_cpus
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.plan import PoolPlan
+from deviceplugin.observe.cpumetrics import CpuCollector
 from deviceplugin.observe.httpserver import BoundedHttpServer
 
 #: Allocate answers in well under a millisecond; the top buckets catch a GC pause or a loaded node.
@@ -57,8 +62,9 @@ class PoolCollector(Collector):
 
     def __init__(self, *, tree: Callable[[], DeviceTree], plan: PoolPlan,
                  registered: Callable[[], frozenset[str]], pod_resources: Path | None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, cpu_stats: CpuCollector | None = None) -> None:
         self._tree = tree
+        self._cpu_stats = cpu_stats
         self._plan = plan
         self._registered = registered
         self._pod_resources = pod_resources
@@ -100,22 +106,24 @@ class PoolCollector(Collector):
                 family.add_metric([str(devices.pool), node], count)
         return family
 
+    def _assignments(self, tree: DeviceTree) -> Assignments | None:
+        if self._pod_resources is None:
+            return None
+        try:
+            return read_assignments(self._pod_resources, resources=tree, allocatable=False, timeout=self._timeout)
+        except Unavailable:
+            return None
+
     def _allocated(self, tree: DeviceTree) -> Iterator[Metric]:
+        assignments = self._assignments(tree)
         up = GaugeMetricFamily("cmk_pod_resources_up",
                                "1 if the last scrape read the kubelet's pod resources API, else 0.")
-        if self._pod_resources is None:
-            up.add_metric([], 0)
-            yield up
-            return
-        try:
-            assignments = read_assignments(self._pod_resources, resources=tree, allocatable=False,
-                                           timeout=self._timeout)
-        except Unavailable:
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
+        up.add_metric([], 0 if assignments is None else 1)
         yield up
+        if self._cpu_stats is not None:  # one pod resources read per scrape serves both
+            yield from self._cpu_stats.families(None if assignments is None else held_cpus(tree, assignments.held))
+        if assignments is None:
+            return
         allocated = GaugeMetricFamily("cmk_pool_allocated_devices",
                                       "Devices held by containers (kubelet pod resources List).",
                                       labels=["pool", "resource"])

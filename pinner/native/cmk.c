@@ -62,7 +62,8 @@ static void out_of_memory(void)
     _exit(1);
 }
 
-static void s_addn(str *s, const char *t, size_t n)
+/* Room for n more bytes and the terminator. */
+static void s_reserve(str *s, size_t n)
 {
     if (s->len + n + 1 > s->cap) {
         size_t cap = (s->len + n + 1) * 2;
@@ -72,6 +73,11 @@ static void s_addn(str *s, const char *t, size_t n)
         s->p = p;
         s->cap = cap;
     }
+}
+
+static void s_addn(str *s, const char *t, size_t n)
+{
+    s_reserve(s, n);
     memcpy(s->p + s->len, t, n);
     s->len += n;
     s->p[s->len] = '\0';
@@ -82,15 +88,20 @@ static void s_add(str *s, const char *t)
     s_addn(s, t, strlen(t));
 }
 
-static void s_addf(str *s, const char *fmt, ...)
+/* Formats into s at any length: the text is measured first, so no path or message is ever cut. */
+__attribute__((format(printf, 2, 3))) static void s_addf(str *s, const char *fmt, ...)
 {
-    char buf[128];
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap); /* the length it needs */
     va_end(ap);
-    if (n > 0)
-        s_addn(s, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+    if (n > 0) {
+        s_reserve(s, (size_t)n);
+        vsnprintf(s->p + s->len, (size_t)n + 1, fmt, again);
+        s->len += (size_t)n;
+    }
+    va_end(again);
 }
 
 /* User text made safe for a one-line message: bytes outside printable ASCII become '?'. */
@@ -127,8 +138,16 @@ static void s_ranges(str *s, const cpuset *set)
     }
 }
 
+/* Not errno values: what open_regular refuses on its own (texts shared with isolate.py). */
+#define E_NOT_REGULAR 0x10000
+#define E_SYMLINK 0x10001
+
 static void s_errno(str *s, int e)
 {
+    if (e == E_NOT_REGULAR || e == E_SYMLINK) {
+        s_add(s, e == E_NOT_REGULAR ? NOT_REGULAR_TEXT : SYMLINK_TEXT);
+        return;
+    }
 #define ERRNO_CASE(name, text) \
     case name:                 \
         s_add(s, text);        \
@@ -139,6 +158,31 @@ static void s_errno(str *s, int e)
         s_addf(s, "errno %d", e);
     }
 #undef ERRNO_CASE
+}
+
+/* Opens name (below dirfd, or AT_FDCWD) without following a final symlink and without blocking on a
+ * FIFO, and keeps it only if it is a regular file (cgroup, proc and sysfs files all are). flags: O_RDONLY,
+ * or O_WRONLY (checked before it is opened, so a FIFO or device is never opened for writing).
+ * Returns the fd, or minus (an errno, E_NOT_REGULAR or E_SYMLINK). */
+static int open_regular(int dirfd, const char *name, int flags)
+{
+    struct stat st;
+    if (flags != O_RDONLY) {
+        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW))
+            return -errno;
+        if (S_ISLNK(st.st_mode))
+            return -E_SYMLINK;
+        if (!S_ISREG(st.st_mode))
+            return -E_NOT_REGULAR;
+    }
+    int fd = openat(dirfd, name, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ELOOP ? -E_SYMLINK : -errno;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -E_NOT_REGULAR;
+    }
+    return fd;
 }
 
 static str msg;
@@ -523,17 +567,17 @@ static int is_space(char c)
 static int read_package(const char *root, unsigned cpu, long *package)
 {
     str path = {0};
-    char buf[65];
+    char buf[MAX_NUMBER_FILE_BYTES + 1];
     size_t len = 0;
     s_add(&path, root);
     s_addf(&path, "/devices/system/cpu/cpu%u/topology/physical_package_id", cpu);
-    int fd = open(path.p, O_RDONLY | O_CLOEXEC);
+    int fd = open_regular(AT_FDCWD, path.p, O_RDONLY);
     if (fd < 0) {
-        s_errno(&msg, errno);
+        s_errno(&msg, -fd);
         return socket_read_error(cpu, path.p);
     }
-    while (len < 64) {
-        ssize_t n = read(fd, buf + len, 64 - len);
+    while (len < MAX_NUMBER_FILE_BYTES) {
+        ssize_t n = read(fd, buf + len, MAX_NUMBER_FILE_BYTES - len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -1063,12 +1107,62 @@ static const jval *j_get(const jval *obj, const char *key)
     return found;
 }
 
-/* ---- hook: the container's CPUs --------------------------------------------- */
+/* ---- hook: the container's CPUs ---------------------------------------------
+ *
+ * The CPUs come only from OCI hooks: this hook's own --cpus, and the --cpus of
+ * every `cmk hook` entry in config.json's hooks.createRuntime (one per CDI device
+ * the container holds). A pod spec can set env, never a hook; the env is not read.
+ */
+
+struct hook_opts {
+    const char *proc_root, *cgroup_root, *cpus;
+    int help;
+};
+
+/* Parses cmk hook's options (argv after "hook", or a config entry's args after "cmk hook");
+ * 0, or -1 with the problem in msg; `unknown_hint` follows an unknown option or argument. */
+static int parse_hook_opts(size_t argc, char *const *argv, struct hook_opts *o, const char *unknown_hint)
+{
+    for (size_t i = 0; i < argc; i++) {
+        const char *t = argv[i];
+        if (!strcmp(t, "-h") || !strcmp(t, "--help")) {
+            o->help = 1;
+            return 0;
+        }
+        const char *eq = strchr(t, '=');
+        size_t nlen = eq ? (size_t)(eq - t) : strlen(t);
+        const char **target = nlen == 11 && !strncmp(t, "--proc-root", 11)     ? &o->proc_root
+                              : nlen == 13 && !strncmp(t, "--cgroup-root", 13) ? &o->cgroup_root
+                              : nlen == sizeof HOOK_CPUS_OPTION - 1 && !strncmp(t, HOOK_CPUS_OPTION, nlen)
+                                  ? &o->cpus
+                                  : NULL;
+        if (!target) {
+            s_add(&msg, t[0] == '-' ? "unknown option '" : "unexpected argument '");
+            s_shown_n(&msg, t, t[0] == '-' ? nlen : strlen(t));
+            s_add(&msg, "'");
+            s_add(&msg, unknown_hint);
+            return -1;
+        }
+        if (!eq && i + 1 >= argc) {
+            s_add(&msg, "option ");
+            s_addn(&msg, t, nlen);
+            s_add(&msg, " needs a value");
+            return -1;
+        }
+        if (*target) {
+            s_add(&msg, "option ");
+            s_addn(&msg, t, nlen);
+            s_add(&msg, " is given twice");
+            return -1;
+        }
+        *target = eq ? eq + 1 : argv[++i];
+    }
+    return 0;
+}
 
 struct hook_input {
     long pid;
     const char *bundle;
-    const char *env[sizeof POOLS / sizeof POOLS[0]]; /* the first value of each pool's variable, or NULL */
 };
 
 static int hook_state(const jval *state, struct hook_input *in)
@@ -1101,65 +1195,144 @@ static int hook_state(const jval *state, struct hook_input *in)
     return 0;
 }
 
-static int hook_config(const jval *config, const char *path, struct hook_input *in)
+/* "the container's config PATH" + what, as the start of msg. */
+static void config_where(const char *path, const char *what)
 {
-    const jval *process = j_get(config, "process");
-    const jval *env = process ? j_get(process, "env") : NULL;
-    if (config->type != J_OBJECT || (process && process->type != J_OBJECT && process->type != J_NULL) ||
-        (env && env->type != J_ARRAY && env->type != J_NULL)) {
-        s_add(&msg, "the container's config ");
-        s_shown(&msg, path);
-        s_add(&msg, config->type != J_OBJECT ? " is not an object"
-                    : env && env->type != J_ARRAY && env->type != J_NULL ? ": process.env is not an array"
-                    : ": process is not an object");
-        return fail(HOOK_EXIT_CONFIG);
-    }
-    for (size_t i = 0; env && env->type == J_ARRAY && i < env->count; i++) {
-        const jval *entry = &env->items[i];
-        if (entry->type != J_STRING) {
-            s_add(&msg, "the container's config ");
-            s_shown(&msg, path);
-            s_addf(&msg, ": process.env[%zu] is %s, not a NAME=VALUE string", i, JTYPE_NAMES[entry->type]);
-            return fail(HOOK_EXIT_CONFIG);
-        }
-        for (size_t k = 0; k < sizeof POOLS / sizeof POOLS[0]; k++) {
-            size_t n = strlen(POOLS[k].var);
-            if (!in->env[k] && entry->len > n && !memcmp(entry->text, POOLS[k].var, n) && entry->text[n] == '=')
-                in->env[k] = entry->text + n + 1; /* the first wins, as getenv() in the container sees it */
-        }
-    }
-    return 0;
+    s_add(&msg, "the container's config ");
+    s_shown(&msg, path);
+    s_add(&msg, what);
 }
 
-static int hook_cpus(const struct hook_input *in, const char *path, cpuset *cpus)
+static int config_error(const char *path, const char *what)
 {
-    int any = 0;
-    for (size_t k = 0; k < sizeof POOLS / sizeof POOLS[0]; k++) {
-        if (!in->env[k] || !*in->env[k])
-            continue;
-        if (parse_env_cpus(POOLS[k].var, in->env[k], cpus))
-            return fail(HOOK_EXIT_MALFORMED);
-        any = 1;
-    }
-    if (any)
+    config_where(path, what);
+    return fail(HOOK_EXIT_CONFIG);
+}
+
+/* A --cpus value into cpus; 0, or the status once msg is printed. `where` prefixes the message. */
+static int trusted_cpus(const char *raw, const char *where, cpuset *cpus)
+{
+    str saved = msg;
+    msg = (str){0};
+    if (!parse_env_cpus(HOOK_CPUS_OPTION, raw, cpus)) {
+        free(msg.p);
+        msg = saved;
         return 0;
-    s_add(&msg, "the container's env (process.env in ");
+    }
+    str detail = msg;
+    msg = saved;
+    s_add(&msg, where);
+    s_addn(&msg, detail.p, detail.len);
+    free(detail.p);
+    return fail(HOOK_EXIT_MALFORMED);
+}
+
+/* Is this hook entry's argv `cmk hook ...` (argv[0] may be a path ending in /cmk)? */
+static int is_cmk_hook(const jval *args)
+{
+    if (args->count < 2 || args->items[0].type != J_STRING || args->items[1].type != J_STRING)
+        return 0;
+    const jval *a0 = &args->items[0], *a1 = &args->items[1];
+    const char *base = strrchr(a0->text, '/');
+    base = base ? base + 1 : a0->text;
+    return strlen(base) == a0->len - (size_t)(base - a0->text) && !strcmp(base, "cmk") &&
+           a1->len == 4 && !strcmp(a1->text, "hook");
+}
+
+/* The union of the --cpus of every `cmk hook` createRuntime entry in config; own must be one of them. */
+static int hook_cpus(const jval *config, const char *path, const cpuset *own, const char *own_text, cpuset *cpus)
+{
+    if (config->type != J_OBJECT)
+        return config_error(path, " is not an object");
+    const jval *hooks = j_get(config, "hooks");
+    const jval *list = hooks && hooks->type == J_OBJECT ? j_get(hooks, "createRuntime") : NULL;
+    if (hooks && hooks->type != J_OBJECT && hooks->type != J_NULL)
+        return config_error(path, ": hooks is not an object");
+    if (list && list->type != J_ARRAY && list->type != J_NULL)
+        return config_error(path, ": hooks.createRuntime is not an array");
+    int found = 0;
+    for (size_t i = 0; list && list->type == J_ARRAY && i < list->count; i++) {
+        const jval *entry = &list->items[i], *args = j_get(entry, "args");
+        if (entry->type != J_OBJECT || (args && args->type != J_ARRAY && args->type != J_NULL)) {
+            config_where(path, "");
+            if (entry->type != J_OBJECT)
+                s_addf(&msg, ": hooks.createRuntime[%zu] is not an object", i);
+            else
+                s_addf(&msg, ": hooks.createRuntime[%zu].args is not an array", i);
+            return fail(HOOK_EXIT_CONFIG);
+        }
+        if (!args || args->type != J_ARRAY || !is_cmk_hook(args))
+            continue; /* another hook: not ours to judge */
+        str where = {0};
+        s_add(&where, "the container's config ");
+        s_shown(&where, path);
+        s_addf(&where, ": hooks.createRuntime[%zu] (cmk hook): ", i);
+        char **argv = calloc(args->count, sizeof *argv);
+        if (!argv)
+            out_of_memory();
+        for (size_t k = 2; k < args->count; k++) {
+            const jval *a = &args->items[k];
+            if (a->type != J_STRING || memchr(a->text, 0, a->len)) {
+                s_add(&msg, where.p);
+                if (a->type == J_STRING)
+                    s_addf(&msg, "args[%zu] holds a NUL byte", k);
+                else
+                    s_addf(&msg, "args[%zu] is %s, not a string", k, JTYPE_NAMES[a->type]);
+                return fail(HOOK_EXIT_MALFORMED);
+            }
+            argv[k - 2] = a->text;
+        }
+        struct hook_opts o = {0};
+        str saved = msg;
+        msg = (str){0};
+        if (parse_hook_opts(args->count - 2, argv, &o, "") || o.help) {
+            str detail = msg;
+            msg = saved;
+            s_add(&msg, where.p);
+            s_addn(&msg, detail.p, detail.len);
+            if (o.help)
+                s_add(&msg, "'--help' is not an option of a hook entry");
+            return fail(HOOK_EXIT_MALFORMED);
+        }
+        msg = saved;
+        free(argv);
+        if (!o.cpus)
+            continue; /* a cmk hook without CPUs adds none (it refuses to run itself) */
+        cpuset entry_cpus = {0};
+        int status = trusted_cpus(o.cpus, where.p, &entry_cpus);
+        free(where.p);
+        if (status)
+            return status;
+        for (size_t w = 0; w < MASK_WORDS; w++)
+            cpus->w[w] |= entry_cpus.w[w];
+        found |= !memcmp(&entry_cpus, own, sizeof entry_cpus);
+    }
+    if (found)
+        return 0;
+    s_add(&msg, "this hook's " HOOK_CPUS_OPTION "=");
+    s_shown(&msg, own_text);
+    s_add(&msg, " is not in the createRuntime hooks of the container's config ");
     s_shown(&msg, path);
-    s_add(&msg, ") sets none of " HOOK_ENV_LIST ": nothing to confine it to; " HOOK_NO_CPUS_HINT);
+    s_add(&msg, ": the runtime runs the hooks it wrote there; " HOOK_NO_CPUS_HINT);
     return fail(HOOK_EXIT_NO_CPUS);
 }
 
 /* ---- hook: the cgroup ------------------------------------------------------- */
 
-/* Reads a whole small file; 0 or an errno. */
-static int read_file(const char *path, str *out)
+/* Reads a whole small regular file below dirfd (or AT_FDCWD); 0, or an errno / E_NOT_REGULAR / E_SYMLINK. */
+static int read_file_at(int dirfd, const char *path, str *out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open_regular(dirfd, path, O_RDONLY);
     if (fd < 0)
-        return errno;
+        return -fd;
     int e = read_all(fd, out);
     close(fd);
     return e;
+}
+
+static int read_file(const char *path, str *out)
+{
+    return read_file_at(AT_FDCWD, path, out);
 }
 
 static int cgroup_error(int status, const char *path, const char *what, int e)
@@ -1342,6 +1515,41 @@ static int parse_kernel_list(const char *text, cpuset *set)
     return bad;
 }
 
+/* The parent's path for messages: cg->dir without its last component (the directory itself is read
+ * through "..", so this text never decides what is opened). */
+static void parent_path(const char *dir, str *out)
+{
+    const char *slash = strrchr(dir, '/');
+    if (slash && slash != dir)
+        s_addn(out, dir, (size_t)(slash - dir));
+    else if (slash)
+        s_add(out, "/");
+    else {
+        s_add(out, dir);
+        s_add(out, "/..");
+    }
+}
+
+static int write_cpus(int dirfd, const char *file, const cpuset *cpus)
+{
+    str list = {0};
+    s_ranges(&list, cpus);
+    s_add(&list, "\n");
+    int fd = open_regular(dirfd, "cpuset.cpus", O_WRONLY | O_TRUNC);
+    if (fd < 0)
+        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, file, "cannot write the container's CPUs to ", -fd);
+    ssize_t n;
+    do
+        n = write(fd, list.p, list.len);
+    while (n < 0 && errno == EINTR);
+    int e = n < 0 ? errno : (size_t)n != list.len ? EIO : 0;
+    if (close(fd) && !e)
+        e = errno;
+    if (e)
+        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, file, "cannot write the container's CPUs to ", e);
+    return 0;
+}
+
 static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
 {
     str file = {0}, parent = {0}, text = {0};
@@ -1351,27 +1559,39 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
                      "(run the container in a cgroup of its own)", pid);
         return fail(HOOK_EXIT_NO_CGROUP);
     }
-    if (stat(cg->dir.p, &st) || !S_ISDIR(st.st_mode)) {
+    /* Every file below is opened relative to this directory, never by a path a symlink could redirect. */
+    int dirfd = open(cg->dir.p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dirfd < 0) {
+        int e = errno;
         s_addf(&msg, "the cpuset cgroup of process %ld, ", pid);
         s_shown(&msg, cg->dir.p);
-        s_add(&msg, ", does not exist");
+        if (e == ENOENT) {
+            s_add(&msg, ", does not exist");
+        } else {
+            s_add(&msg, ", cannot be opened: ");
+            s_errno(&msg, e == ELOOP ? E_SYMLINK : e);
+        }
         return fail(HOOK_EXIT_NO_CGROUP);
     }
     s_add(&file, cg->dir.p);
     s_add(&file, "/cpuset.cpus");
-    if (access(file.p, F_OK)) {
+    if (fstatat(dirfd, "cpuset.cpus", &st, AT_SYMLINK_NOFOLLOW) && errno == ENOENT) {
         s_add(&msg, "the cgroup ");
         s_shown(&msg, cg->dir.p);
         s_add(&msg, " has no cpuset.cpus: enable the cpuset controller in its parent's cgroup.subtree_control");
         return fail(HOOK_EXIT_NO_CGROUP);
     }
-    s_addn(&parent, cg->dir.p, (size_t)(strrchr(cg->dir.p, '/') - cg->dir.p));
-    s_add(&parent, cg->v2 ? "/cpuset.cpus.effective" : "/cpuset.effective_cpus");
+    parent_path(cg->dir.p, &parent);
+    const char *effective = cg->v2 ? "cpuset.cpus.effective" : "cpuset.effective_cpus";
+    s_add(&parent, "/");
+    s_add(&parent, effective);
     cpuset allowed = {0}, outside = {0};
-    int e = read_file(parent.p, &text);
+    int parentfd = openat(dirfd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int e = parentfd < 0 ? errno : read_file_at(parentfd, effective, &text);
     if (e)
         return cgroup_error(HOOK_EXIT_CGROUP_WRITE, parent.p, "cannot read the parent cgroup's CPUs from ", e);
-    if (parse_kernel_list(text.p, &allowed)) {
+    close(parentfd);
+    if (memchr(text.p, 0, text.len) || parse_kernel_list(text.p, &allowed)) {
         s_add(&msg, "cannot read the parent cgroup's CPUs from ");
         s_shown(&msg, parent.p);
         s_add(&msg, ": '");
@@ -1397,22 +1617,9 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
         s_add(&msg, "): the pools' CPUs must stay within the pods' cgroup");
         return fail(HOOK_EXIT_OUTSIDE);
     }
-    str list = {0};
-    s_ranges(&list, cpus);
-    s_add(&list, "\n");
-    int fd = open(file.p, O_WRONLY | O_CLOEXEC | O_TRUNC);
-    if (fd < 0)
-        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, file.p, "cannot write the container's CPUs to ", errno);
-    ssize_t n;
-    do
-        n = write(fd, list.p, list.len);
-    while (n < 0 && errno == EINTR);
-    e = n < 0 ? errno : (size_t)n != list.len ? EIO : 0;
-    if (close(fd) && !e)
-        e = errno;
-    if (e)
-        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, file.p, "cannot write the container's CPUs to ", e);
-    return 0;
+    int status = write_cpus(dirfd, file.p, cpus);
+    close(dirfd);
+    return status;
 }
 
 /* ---- hook: affinity and the command ------------------------------------------ */
@@ -1464,37 +1671,27 @@ static int hook_usage(void)
 
 static int hook(int argc, char **argv)
 {
-    const char *proc_root = HOOK_DEFAULT_PROC_ROOT, *cgroup_root = NULL;
+    struct hook_opts o = {0};
+    static cpuset own;
     prog = HOOK_PROG;
-    for (int i = 0; i < argc; i++) {
-        const char *t = argv[i];
-        if (!strcmp(t, "-h") || !strcmp(t, "--help"))
-            return write_all(1, HOOK_HELP, sizeof HOOK_HELP - 1) ? 1 : HOOK_EXIT_OK;
-        const char *eq = strchr(t, '=');
-        size_t nlen = eq ? (size_t)(eq - t) : strlen(t);
-        const char **target = nlen == 11 && !strncmp(t, "--proc-root", 11)     ? &proc_root
-                              : nlen == 13 && !strncmp(t, "--cgroup-root", 13) ? &cgroup_root
-                                                                                : NULL;
-        if (!target) {
-            s_add(&msg, t[0] == '-' ? "unknown option '" : "unexpected argument '");
-            s_shown_n(&msg, t, t[0] == '-' ? nlen : strlen(t));
-            s_add(&msg, "': the OCI state comes on stdin");
-            return hook_usage();
-        }
-        if (!eq && i + 1 >= argc) {
-            s_add(&msg, "option ");
-            s_addn(&msg, t, nlen);
-            s_add(&msg, " needs a value");
-            return hook_usage();
-        }
-        *target = eq ? eq + 1 : argv[++i];
+    if (parse_hook_opts((size_t)argc, argv, &o, ": the OCI state comes on stdin"))
+        return hook_usage();
+    if (o.help)
+        return write_all(1, HOOK_HELP, sizeof HOOK_HELP - 1) ? 1 : HOOK_EXIT_OK;
+    const char *proc_root = o.proc_root ? o.proc_root : HOOK_DEFAULT_PROC_ROOT, *cgroup_root = o.cgroup_root;
+    if (!o.cpus) {
+        s_add(&msg, "no " HOOK_CPUS_OPTION "=LIST: " HOOK_NO_CPUS_HINT);
+        return fail(HOOK_EXIT_NO_CPUS);
     }
+    int status;
+    if ((status = trusted_cpus(o.cpus, "this hook's ", &own)))
+        return status;
 
     str input = {0}, config_text = {0}, config_path = {0};
     jval state, config;
     struct hook_input in = {0};
     static cpuset cpus;
-    int e = read_all(0, &input), status;
+    int e = read_all(0, &input);
     if (e) {
         s_add(&msg, "cannot read the OCI state on stdin: ");
         if (e == EFBIG)
@@ -1525,7 +1722,7 @@ static int hook(int argc, char **argv)
     s_shown(&what, config_path.p);
     if (j_parse(&config_text, what.p, &config))
         return fail(HOOK_EXIT_CONFIG);
-    if ((status = hook_config(&config, config_path.p, &in)) || (status = hook_cpus(&in, config_path.p, &cpus)))
+    if ((status = hook_cpus(&config, config_path.p, &own, o.cpus, &cpus)))
         return status;
 
     struct cgroup cg = {0};

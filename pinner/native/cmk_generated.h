@@ -21,6 +21,9 @@
 #define DEFAULT_PATH "/bin:/usr/bin"
 #define LIST_HINT "expected ascending CPU numbers separated by commas, e.g. 2,3,10"
 #define POOL_NAMES "exclusive, exclusive-non-isolcpus, shared, infra"
+#define NOT_REGULAR_TEXT "not a regular file (a FIFO, device or directory is refused)"
+#define SYMLINK_TEXT "a symbolic link (not followed)"
+#define MAX_NUMBER_FILE_BYTES 64
 
 /* X(name, env variable, resource, honours --socket-id) */
 #define CMK_POOLS(X) \
@@ -99,21 +102,24 @@ static const char HELP[] =
 #define HOOK_MAX_JSON_BYTES 16777216
 #define HOOK_MAX_JSON_DEPTH 128
 #define HOOK_DEFAULT_PROC_ROOT "/proc"
-#define HOOK_ENV_LIST "CMK_CPUS_EXCLUSIVE, CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS, CMK_CPUS_SHARED, CMK_CPUS_INFRA"
-#define HOOK_NO_CPUS_HINT "request a cmk.intel.com resource so its Allocate answer sets one, or drop the cmk.intel.com/cpus CDI device"
+#define HOOK_CPUS_OPTION "--cpus"
+#define HOOK_NO_CPUS_HINT "cmk hook takes a container's CPUs only from the cmk.intel.com/cpus CDI devices the device plugin names in its Allocate answers, never from the env"
 
 static const char HOOK_HELP[] =
-    "usage: cmk hook [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE\n"
+    "usage: cmk hook --cpus=LIST [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE\n"
     "\n"
-    "An OCI createRuntime hook, added by the cmk.intel.com/cpus CDI devices. It\n"
-    "reads the container's state (pid, bundle) on stdin and its config.json from\n"
-    "the bundle, takes the union of the CPUs in the container's env\n"
-    "(CMK_CPUS_EXCLUSIVE, CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS, CMK_CPUS_SHARED, CMK_CPUS_INFRA),\n"
+    "An OCI createRuntime hook, added by the cmk.intel.com/cpus CDI devices the\n"
+    "device plugin writes (one per core or slot pool, each with its CPUs in\n"
+    "--cpus). It reads the container's state (pid, bundle) on stdin and its\n"
+    "config.json from the bundle, takes the union of the --cpus of every\n"
+    "'cmk hook' entry in config.json's hooks.createRuntime (this one's included),\n"
     "writes them to the container's cpuset cgroup (v1 or v2) and sets the\n"
-    "affinity of its init process. Any failure is one line on stderr and a\n"
-    "non-zero status, so the runtime refuses to start the container.\n"
+    "affinity of its init process. The container's env is never read. Any\n"
+    "failure is one line on stderr and a non-zero status, so the runtime refuses\n"
+    "to start the container.\n"
     "\n"
     "options:\n"
+    "  --cpus=LIST         the CPUs of the CDI device that added this hook\n"
     "  --proc-root=DIR     procfs to read /proc/PID/cgroup, /proc/PID/task and\n"
     "                      /proc/self/mountinfo from (default: /proc)\n"
     "  --cgroup-root=DIR   where the cpuset hierarchy (v1) or the unified one (v2)\n"
@@ -122,8 +128,8 @@ static const char HOOK_HELP[] =
     "\n"
     "exit statuses:\n"
     "    2  usage error             3  bad OCI state on stdin\n"
-    "    4  bad config.json         5  no CMK_CPUS_* CPUs in the env\n"
-    "    6  a CMK_CPUS_* value is not a cpu list\n"
+    "    4  bad config.json         5  no trusted CPUs (no --cpus, or not in config.json)\n"
+    "    6  a --cpus value is not a cpu list\n"
     "    7  the container's process is gone\n"
     "    8  no cpuset cgroup found  9  CPUs outside the parent cgroup's\n"
     "   10  cpuset.cpus not writable  11  affinity refused\n";

@@ -1,13 +1,14 @@
-"""An unmodified container is confined by the CDI device's hook under podman + runc, checked from the host.
+"""An unmodified container is confined by its CDI devices' hooks under podman + runc, checked from the host.
 
-The real daemon (``cmk device-plugin`` on this machine's own sysfs, CPU 1
-as the exclusive-non-isolcpus pool, CPU 0 infra) serves the kubelet
-stand-in; its spec file lands in a temporary CDI dir. podman 4.3 reads specs
-only from /etc/cdi and /var/run/cdi, so a uniquely named link there points at
-the daemon's file for the module's duration. Each container is started as
-the kubelet would: the ``--device`` names, env and mounts of a real Allocate
-answer. The image holds only static busybox: nothing in the container pins
-anything; the runtime's hook does.
+The real daemon (``cmk device-plugin`` on this machine's own sysfs: the core
+of the highest CPU as the exclusive-non-isolcpus pool, every other CPU infra)
+serves the kubelet stand-in; its spec file lands in a temporary CDI dir.
+podman 4.3 reads specs only from /etc/cdi and /var/run/cdi, so a uniquely
+named link there points at the daemon's file for the module's duration. Each
+container is started as the kubelet would: the ``--device`` names, env and
+mounts of a real Allocate answer, then the pod spec's own env after them. The
+image holds only static busybox: nothing in the container pins anything; the
+runtime's hooks do, with the CPUs their CDI devices carry.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,8 @@ from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from deviceplugin.standin.answers import ContainerAnswer
 from pinner import hook
+from pinner.cpulist import format_cpu_list, parse_cpu_list
+from pinner.isolate import LIST_HINT, POOLS
 from tests.e2e.podman import env_flags, podman, run
 
 pytestmark = pytest.mark.e2e
@@ -39,6 +42,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_CDI_DIR = Path("/var/run/cdi")
 NON_ISOL, INFRA = RESOURCE_NAMES[Pool.EXCLUSIVE_NON_ISOLCPUS], RESOURCE_NAMES[Pool.INFRA]
+ENV_NAMES = [var for var, _, _ in POOLS.values()]
 
 
 Allocate = Callable[[dict[str, int]], ContainerAnswer]
@@ -48,13 +52,28 @@ Allocate = Callable[[dict[str, int]], ContainerAnswer]
 class Node:
     kubelet: Kubelet
     spec: Path  # the daemon's own spec file
+    install_dir: Path
+    core: str  # the exclusive-non-isolcpus core's CPUs, kernel list form
+    infra: str  # the infra pool's CPUs
+    every: str  # every CPU this machine lets us use
+
+
+def plan_cpus() -> tuple[frozenset[int], frozenset[int]]:
+    """(the highest CPU's core, every other CPU): a plan that works on any machine with two cores or more."""
+    online = frozenset(os.sched_getaffinity(0))
+    last = max(online)
+    siblings = Path(f"/sys/devices/system/cpu/cpu{last}/topology/thread_siblings_list").read_text()
+    core = parse_cpu_list(siblings) & online
+    if not online - core:
+        pytest.fail(f"these tests need two cores (one exclusive, one infra); this machine has CPUs "
+                    f"{format_cpu_list(online)} in one core")
+    return core, online - core
 
 
 @pytest.fixture(scope="module")
 def node(install_dir: Path) -> Iterator[Node]:
     """The daemon serving the stand-in, its spec linked where podman reads specs; stopped and unlinked after."""
-    if os.cpu_count() != 2 or sorted(os.sched_getaffinity(0)) != [0, 1]:
-        pytest.fail("this test's plan (CPU 1 exclusive-non-isolcpus, CPU 0 infra) needs CPUs 0 and 1")
+    core, infra = plan_cpus()
     work = Path(tempfile.mkdtemp(prefix="cmk-cdi-e2e-", dir="/tmp"))  # short: unix socket paths
     plugin_dir, cdi_dir = work / "dp", work / "cdi"
     plugin_dir.mkdir()
@@ -62,7 +81,7 @@ def node(install_dir: Path) -> Iterator[Node]:
     kubelet.start()
     daemon = subprocess.Popen(
         [sys.executable, "-m", "deviceplugin", "device-plugin", "--kubelet-dir", str(plugin_dir),
-         "--install-dir", str(install_dir), "--cdi-dir", str(cdi_dir), "--excl-non-isolcpus", "1"],
+         "--install-dir", str(install_dir), "--cdi-dir", str(cdi_dir), "--excl-non-isolcpus", format_cpu_list(core)],
         cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     spec = cdi_dir / cdi.SPEC_FILE_NAME
@@ -72,7 +91,8 @@ def node(install_dir: Path) -> Iterator[Node]:
                          what="the daemon registered its pools")
         RUNTIME_CDI_DIR.mkdir(parents=True, exist_ok=True)
         link.symlink_to(spec)
-        yield Node(kubelet, spec)
+        yield Node(kubelet, spec, install_dir, format_cpu_list(core), format_cpu_list(infra),
+                   format_cpu_list(core | infra))
     finally:
         link.unlink(missing_ok=True)
         daemon.send_signal(signal.SIGTERM)
@@ -98,11 +118,11 @@ def allocate(node: Node) -> Iterator[Allocate]:
         node.kubelet.delete_pod(name)
 
 
-def answer_flags(answer: ContainerAnswer) -> list[str]:
-    """What the runtime gets from the kubelet: CDI devices, env, mounts."""
+def answer_flags(answer: ContainerAnswer, pod_env: Mapping[str, str] = {}) -> list[str]:
+    """What the runtime gets from the kubelet: CDI devices, the plugins' env then the pod spec's own, mounts."""
     devices = [flag for name in answer.cdi_devices for flag in ("--device", name)]
     mounts = [flag for m in answer.mounts for flag in ("-v", f"{m.host_path}:{m.container_path}:{'ro' if m.read_only else 'rw'}")]
-    return [*devices, *env_flags(answer.envs), *mounts]
+    return [*devices, *env_flags(answer.envs), *env_flags(pod_env), *mounts]
 
 
 def host_view(name: str) -> tuple[int, str, str]:
@@ -116,8 +136,14 @@ def host_view(name: str) -> tuple[int, str, str]:
     return pid, allowed, cpus
 
 
-def start(name: str, answer: ContainerAnswer, image: str, *command: str) -> None:
-    result = run("-d", "--name", name, *answer_flags(answer), image, *command, check=False)
+def oci_config(name: str) -> dict[str, object]:
+    container_id = podman("inspect", "--format", "{{.Id}}", name).stdout.strip()
+    path = Path(f"/var/lib/containers/storage/overlay-containers/{container_id}/userdata/config.json")
+    return json.loads(path.read_text())
+
+
+def start(name: str, answer: ContainerAnswer, image: str, *command: str, pod_env: Mapping[str, str] = {}) -> None:
+    result = run("-d", "--name", name, *answer_flags(answer, pod_env), image, *command, check=False)
     assert result.returncode == 0, result.stderr
     for _ in range(1000):  # a bounded wait for the script's first line
         if "ready" in podman("logs", name).stdout:
@@ -128,46 +154,105 @@ def start(name: str, answer: ContainerAnswer, image: str, *command: str) -> None
 SLEEPER = ("sh", "-c", "echo ready; exec sleep inf")
 
 
-def test_hook_confines_the_cgroup_and_the_process(allocate: Allocate, image: str, container_name: str) -> None:
+def test_hook_confines_the_cgroup_and_the_process(node: Node, allocate: Allocate, image: str,
+                                                  container_name: str) -> None:
     answer = allocate({NON_ISOL: 1})
-    assert answer.cdi_devices == ("cmk.intel.com/cpus=exclusive-non-isolcpus",)
-    assigned = answer.envs["CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS"]
+    assert answer.cdi_devices == (cdi.device_name("cpus-" + node.core.replace(",", ".")),)
+    assert format_cpu_list(parse_cpu_list(answer.envs["CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS"])) == node.core
     start(container_name, answer, image, *SLEEPER)
     _, allowed, cpus = host_view(container_name)
-    assert (allowed, cpus) == (assigned, assigned) == ("1", "1")
+    assert (allowed, cpus) == (node.core, node.core)
 
 
-def test_a_process_asking_for_every_cpu_stays_confined(allocate: Allocate, image: str, container_name: str) -> None:
+def test_a_process_asking_for_every_cpu_stays_confined(node: Node, allocate: Allocate, image: str,
+                                                       container_name: str) -> None:
     answer = allocate({NON_ISOL: 1})
-    script = "taskset -p 3 $$ > /dev/null; echo ready; exec sleep inf"
+    mask = format(sum(1 << c for c in parse_cpu_list(node.every)), "x")
+    script = f"taskset -p {mask} $$ > /dev/null; echo ready; exec sleep inf"
     start(container_name, answer, image, "sh", "-c", script)
-    podman("exec", container_name, "taskset", "-p", "3", "1")  # and again from outside its first process
+    podman("exec", container_name, "taskset", "-p", mask, "1")  # and again from outside its first process
     _, allowed, cpus = host_view(container_name)
-    assert (allowed, cpus) == ("1", "1")
+    assert (allowed, cpus) == (node.core, node.core)
 
 
-def test_two_pools_give_the_union_and_one_hook(allocate: Allocate, image: str, container_name: str) -> None:
-    answer = allocate({NON_ISOL: 1, INFRA: 1})
-    assert sorted(answer.cdi_devices) == ["cmk.intel.com/cpus=exclusive-non-isolcpus", "cmk.intel.com/cpus=infra"]
-    start(container_name, answer, image, *SLEEPER)
-    _, allowed, cpus = host_view(container_name)
-    assert (allowed, cpus) == ("0-1", "0-1")
-    container_id = podman("inspect", "--format", "{{.Id}}", container_name).stdout.strip()
-    config = json.loads(Path(f"/var/lib/containers/storage/overlay-containers/{container_id}/userdata/config.json")
-                        .read_text())
-    assert [h["args"] for h in config["hooks"]["createRuntime"]] == [list(hook.ARGS)]
-    assert config["process"]["env"].count(cdi.CONFINED_ENV) == 1
-
-
-def test_a_container_without_cpus_in_its_env_does_not_start(allocate: Allocate, image: str) -> None:
+@pytest.mark.parametrize("forged", [*ENV_NAMES, "all four"])
+def test_a_container_forging_a_pool_env_stays_on_the_cpus_it_holds(node: Node, allocate: Allocate, image: str,
+                                                                   container_name: str, forged: str) -> None:
+    """The issue's escape: an infra slot plus the pod's own CMK_CPUS_* naming the exclusive core (and more)."""
     answer = allocate({INFRA: 1})
+    pod_env = {name: node.every for name in (ENV_NAMES if forged == "all four" else [forged])}
+    start(container_name, answer, image, *SLEEPER, pod_env=pod_env)
+    _, allowed, cpus = host_view(container_name)
+    assert (allowed, cpus) == (node.infra, node.infra)
+    env = oci_config(container_name)["process"]["env"]  # type: ignore[index]
+    assert all(f"{name}={node.every}" in env for name in pod_env)  # the forgery did reach the container
+
+
+def test_two_pools_give_the_union_from_one_hook_per_device(node: Node, allocate: Allocate, image: str,
+                                                           container_name: str) -> None:
+    answer = allocate({NON_ISOL: 1, INFRA: 1})
+    assert sorted(answer.cdi_devices) == sorted(
+        [cdi.device_name("cpus-" + node.core.replace(",", ".")), cdi.device_name("infra")])
+    start(container_name, answer, image, *SLEEPER, pod_env={"CMK_CPUS_INFRA": ""})  # an emptied env changes nothing
+    _, allowed, cpus = host_view(container_name)
+    assert (allowed, cpus) == (node.every, node.every)
+    config = oci_config(container_name)
+    hooks = config["hooks"]["createRuntime"]  # type: ignore[index]
+    assert sorted(h["args"] for h in hooks) == sorted([hook.command_line(node.core), hook.command_line(node.infra)])
+
+
+def test_the_env_plays_no_part(node: Node, allocate: Allocate, image: str, container_name: str) -> None:
+    """The CDI device alone, with none of the answer's env: still confined, to the device's CPUs."""
+    answer = allocate({NON_ISOL: 1})
     devices = [flag for name in answer.cdi_devices for flag in ("--device", name)]
-    result = run("--rm", *devices, image, "sh", "-c", "echo started", check=False)  # the env lost on the way
+    result = run("-d", "--name", container_name, *devices, image, *SLEEPER, check=False)
+    assert result.returncode == 0, result.stderr
+    _, allowed, cpus = host_view(container_name)
+    assert (allowed, cpus) == (node.core, node.core)
+
+
+@pytest.fixture
+def bad_devices(node: Node) -> Iterator[str]:
+    """A spec of our hook with a missing and a malformed channel, under a kind of its own; removed after."""
+    kind = f"e2e-{uuid.uuid4().hex[:10]}.cmk.test/cpus"
+    binary = str(node.install_dir / "cmk")
+
+    def device(name: str, args: list[str]) -> dict[str, object]:
+        return {"name": name, "containerEdits": {"hooks": [
+            {"hookName": "createRuntime", "path": binary, "args": args, "timeout": 10}]}}
+
+    spec = {"cdiVersion": cdi.CDI_VERSION, "kind": kind, "devices": [
+        device("no-cpus", list(hook.ARGS)),
+        device("malformed", hook.command_line("1,x")),
+        device("cpus-without-value", [*hook.ARGS, "--cpus"]),
+    ]}
+    path = RUNTIME_CDI_DIR / f"{kind.replace('/', '_')}.json"
+    path.write_text(json.dumps(spec))
+    try:
+        yield kind
+    finally:
+        path.unlink()
+
+
+NO_CPUS = "cmk hook: error: no --cpus=LIST: " + hook.NO_CPUS_HINT
+#: A bad entry is reported by its own hook, or by another cmk hook of the container that runs first.
+ENTRY = r"cmk hook: error: (?:this hook's |the container's config \S+/config\.json: hooks\.createRuntime\[\d+\] \(cmk hook\): )"
+MALFORMED = re.compile(ENTRY + re.escape(f"--cpus='1,x' is not a cpu list: 'x' is not a CPU number ({LIST_HINT})"))
+NEEDS_VALUE = re.compile(r"cmk hook: error: (?:option --cpus needs a value \(see 'cmk hook --help'\)|the container's "
+                         r"config \S+/config\.json: hooks\.createRuntime\[\d+\] \(cmk hook\): option --cpus needs a value$)")
+
+
+@pytest.mark.parametrize(("device", "expected"), [
+    ("no-cpus", re.compile(re.escape(NO_CPUS))),
+    ("malformed", MALFORMED),
+    ("cpus-without-value", NEEDS_VALUE),
+], ids=["no-cpus", "malformed", "cpus-without-value"])
+def test_a_container_whose_channel_is_missing_or_malformed_does_not_start(
+        node: Node, allocate: Allocate, image: str, bad_devices: str, device: str, expected: re.Pattern[str]) -> None:
+    """Beside a real device too: one bad hook entry fails the start, whatever the env says."""
+    answer = allocate({INFRA: 1})
+    flags = [*answer_flags(answer, {name: node.every for name in ENV_NAMES}), "--device", f"{bad_devices}={device}"]
+    result = run("--rm", *flags, image, "sh", "-c", "echo started", check=False)
     assert result.returncode != 0
     assert "started" not in result.stdout
-    expected = re.compile(
-        r"cmk hook: error: the container's env \(process\.env in /\S+/userdata/config\.json\) sets none of "
-        + re.escape(f"{hook.ENV_LIST}: nothing to confine it to; {hook.NO_CPUS_HINT}")
-        + "$"
-    )
     assert any(expected.search(line) for line in result.stderr.splitlines()), result.stderr

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from pinner import hook
+
 CPUSET_ROOT = Path("/sys/fs/cgroup/cpuset")
 # Sleeps in three threads besides the main one, so a test can check every task is pinned.
 THREADED = (
@@ -33,9 +35,17 @@ def state(pid: int, bundle: Path) -> str:
                        "annotations": {}})
 
 
-def write_config(bundle: Path, env: Sequence[str]) -> None:
+def cmk_hook_entry(cpus: str) -> dict[str, object]:
+    """A createRuntime entry as the runtime copies it from one of the daemon's CDI devices."""
+    return {"path": "/opt/bin/cmk", "args": hook.command_line(cpus), "timeout": 10}
+
+
+def write_config(bundle: Path, cpus: Sequence[str], env: Sequence[str] = ("PATH=/bin",),
+                 other_hooks: Sequence[dict[str, object]] = ()) -> None:
+    """config.json with one ``cmk hook --cpus=`` createRuntime entry per item of ``cpus`` (one per CDI device)."""
     bundle.mkdir(parents=True, exist_ok=True)
-    config = {"ociVersion": "1.0.2", "process": {"args": ["sleep", "inf"], "env": list(env), "cwd": "/"}}
+    config = {"ociVersion": "1.0.2", "process": {"args": ["sleep", "inf"], "env": list(env), "cwd": "/"},
+              "hooks": {"createRuntime": [*other_hooks, *(cmk_hook_entry(c) for c in cpus)]}}
     (bundle / "config.json").write_text(json.dumps(config))
 
 

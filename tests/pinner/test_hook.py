@@ -26,45 +26,49 @@ from tests.pinner.hookrun import (
 
 
 def test_confines_the_cgroup_and_the_init_process(native_cmk: Path, tmp_path: Path) -> None:
-    write_config(tmp_path, ["PATH=/bin", "CMK_CPUS_EXCLUSIVE=1"])
+    write_config(tmp_path, ["1"])
     with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
         assert cpus_allowed(proc.pid) == read_cpus(cgroup.parent / "cpuset.cpus")
-        result = run_hook(native_cmk, state(proc.pid, tmp_path))
+        result = run_hook(native_cmk, state(proc.pid, tmp_path), "--cpus=1")
         assert (result.returncode, result.stderr, result.stdout) == (0, b"", b"")
         assert read_cpus(cgroup / "cpuset.cpus") == "1"
         assert cpus_allowed(proc.pid) == "1"
 
 
-def test_a_container_of_several_pools_gets_their_union(native_cmk: Path, tmp_path: Path) -> None:
-    write_config(tmp_path, ["CMK_CPUS_EXCLUSIVE=1", "CMK_CPUS_SHARED=0", "CMK_CPUS_INFRA="])
+def test_a_container_of_several_devices_gets_their_union_from_each_hook(native_cmk: Path, tmp_path: Path) -> None:
+    """Each device's hook runs; each takes the union of every cmk hook entry, so any order ends the same."""
+    write_config(tmp_path, ["1", "0"], other_hooks=[{"path": "/usr/bin/true", "args": ["true", "--cpus=5"]}])
     with cpuset_cgroup(cpus="0") as cgroup, process_in(cgroup) as proc:  # the runtime gave it CPU 0 only
-        result = run_hook(native_cmk, state(proc.pid, tmp_path))
-        assert (result.returncode, result.stderr) == (0, b"")
-        assert read_cpus(cgroup / "cpuset.cpus") == "0-1"
-        assert cpus_allowed(proc.pid) == "0-1"
+        for own in ("1", "0"):
+            result = run_hook(native_cmk, state(proc.pid, tmp_path), f"--cpus={own}")
+            assert (result.returncode, result.stderr) == (0, b"")
+            assert read_cpus(cgroup / "cpuset.cpus") == "0-1"
+            assert cpus_allowed(proc.pid) == "0-1"
 
 
-def test_the_first_entry_of_a_name_wins_as_getenv_sees_it(native_cmk: Path, tmp_path: Path) -> None:
-    write_config(tmp_path, ["CMK_CPUS_SHARED=0", "CMK_CPUS_SHARED=1"])
+def test_the_env_is_never_read(native_cmk: Path, tmp_path: Path) -> None:
+    """A pod's own env names every pool variable: the hook confines to the hook entries' CPUs alone."""
+    forged = ["CMK_CPUS_EXCLUSIVE=0-1", "CMK_CPUS_SHARED=0-1", "CMK_CPUS_INFRA=0-1", "CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS=0-1"]
+    write_config(tmp_path, ["1"], env=forged)
     with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
-        assert run_hook(native_cmk, state(proc.pid, tmp_path)).returncode == 0
-        assert read_cpus(cgroup / "cpuset.cpus") == "0"
+        assert run_hook(native_cmk, state(proc.pid, tmp_path), "--cpus=1").returncode == 0
+        assert (read_cpus(cgroup / "cpuset.cpus"), cpus_allowed(proc.pid)) == ("1", "1")
 
 
 def test_running_twice_is_harmless(native_cmk: Path, tmp_path: Path) -> None:
-    """Several CDI devices may bring the hook more than once."""
-    write_config(tmp_path, ["CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS=0"])
+    """A runtime may apply the same CDI device's hook more than once."""
+    write_config(tmp_path, ["0", "0"])
     with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
-        results = [run_hook(native_cmk, state(proc.pid, tmp_path)) for _ in range(2)]
+        results = [run_hook(native_cmk, state(proc.pid, tmp_path), "--cpus=0") for _ in range(2)]
         assert [(r.returncode, r.stderr) for r in results] == [(0, b""), (0, b"")]
         assert (read_cpus(cgroup / "cpuset.cpus"), cpus_allowed(proc.pid)) == ("0", "0")
 
 
 def test_a_process_cannot_widen_its_affinity_past_the_cgroup(native_cmk: Path, tmp_path: Path) -> None:
-    write_config(tmp_path, ["CMK_CPUS_EXCLUSIVE=1"])
+    write_config(tmp_path, ["1"])
     script = "import os; os.sched_setaffinity(0, {0, 1}); print(sorted(os.sched_getaffinity(0)))"
     with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
-        assert run_hook(native_cmk, state(proc.pid, tmp_path)).returncode == 0
+        assert run_hook(native_cmk, state(proc.pid, tmp_path), "--cpus=1").returncode == 0
         # another process of the container: it joins the cgroup, then asks for every CPU
         joins = f'echo $$ > {cgroup}/cgroup.procs && exec "$0" -c "$1"'
         with process_in(None, ["sh", "-c", joins, sys.executable, script]) as workload:
@@ -75,7 +79,7 @@ def test_a_process_cannot_widen_its_affinity_past_the_cgroup(native_cmk: Path, t
 def test_cgroup_v2_layout_and_every_thread_pinned(native_cmk: Path, tmp_path: Path) -> None:
     """A ``0::`` line names the cgroup below the unified mount; the parent's ``cpuset.cpus.effective`` bounds it."""
     bundle, proc_root, cgroup_root = tmp_path / "bundle", tmp_path / "proc", tmp_path / "cgroup2"
-    write_config(bundle, ["CMK_CPUS_SHARED=1"])
+    write_config(bundle, ["1"])
     container = cgroup_root / "kubepods" / "pod1" / "ctr"
     container.mkdir(parents=True)
     (container.parent / "cpuset.cpus.effective").write_text("0-1\n")
@@ -85,8 +89,8 @@ def test_cgroup_v2_layout_and_every_thread_pinned(native_cmk: Path, tmp_path: Pa
         (proc_root / str(proc.pid)).mkdir(parents=True)
         (proc_root / str(proc.pid) / "cgroup").write_text("0::/kubepods/pod1/ctr\n")
         (proc_root / str(proc.pid) / "task").symlink_to(f"/proc/{proc.pid}/task")  # the real threads
-        result = run_hook(native_cmk, state(proc.pid, bundle), f"--proc-root={proc_root}", "--cgroup-root",
-                          str(cgroup_root))
+        result = run_hook(native_cmk, state(proc.pid, bundle), "--cpus=1", f"--proc-root={proc_root}",
+                          "--cgroup-root", str(cgroup_root))
         assert (result.returncode, result.stderr) == (0, b"")
         assert (container / "cpuset.cpus").read_text() == "1\n"
         assert len(tasks(proc.pid)) == 4
@@ -96,7 +100,7 @@ def test_cgroup_v2_layout_and_every_thread_pinned(native_cmk: Path, tmp_path: Pa
 def test_mountinfo_locates_a_subtree_mount_with_an_escaped_path(native_cmk: Path, tmp_path: Path) -> None:
     """A cgroup2 mount of ``/kubepods`` at ``.../cgroup two`` shows ``/kubepods/pod1/ctr`` as ``pod1/ctr``."""
     bundle, proc_root, mount = tmp_path / "bundle", tmp_path / "proc", tmp_path / "cgroup two"
-    write_config(bundle, ["CMK_CPUS_INFRA=0"])
+    write_config(bundle, ["0"])
     container = mount / "pod1" / "ctr"
     container.mkdir(parents=True)
     (container.parent / "cpuset.cpus.effective").write_text("0-1\n")
@@ -111,7 +115,7 @@ def test_mountinfo_locates_a_subtree_mount_with_an_escaped_path(native_cmk: Path
     with process_in(None) as proc:
         (proc_root / str(proc.pid)).mkdir()
         (proc_root / str(proc.pid) / "cgroup").write_text("0::/kubepods/pod1/ctr\n")
-        result = run_hook(native_cmk, state(proc.pid, bundle), "--proc-root", str(proc_root))
+        result = run_hook(native_cmk, state(proc.pid, bundle), "--cpus", "0", "--proc-root", str(proc_root))
         assert (result.returncode, result.stderr) == (0, b"")
         assert (container / "cpuset.cpus").read_text() == "0\n"
         assert cpus_allowed(proc.pid) == "0"
@@ -119,9 +123,9 @@ def test_mountinfo_locates_a_subtree_mount_with_an_escaped_path(native_cmk: Path
 
 def test_a_child_cgroup_using_other_cpus_makes_the_write_fail(native_cmk: Path, tmp_path: Path) -> None:
     """The kernel refuses to shrink a v1 cpuset below a child's CPUs: the hook reports it, status 10."""
-    write_config(tmp_path, ["CMK_CPUS_EXCLUSIVE=1"])
+    write_config(tmp_path, ["1"])
     with cpuset_cgroup() as cgroup, cpuset_cgroup(cgroup, cpus="0"), process_in(cgroup) as proc:
-        result = run_hook(native_cmk, state(proc.pid, tmp_path))
+        result = run_hook(native_cmk, state(proc.pid, tmp_path), "--cpus=1")
         assert result.returncode == hook.EXIT_CGROUP_WRITE
         assert result.stderr.decode() == (
             f"cmk hook: error: cannot write the container's CPUs to {cgroup}/cpuset.cpus: device or resource busy\n"

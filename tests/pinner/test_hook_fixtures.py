@@ -8,6 +8,8 @@ fixtures and their placeholders are described in ``hook_fixtures/README.md``.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -19,18 +21,26 @@ import pytest
 from pinner import hook
 from pinner.isolate import LIST_HINT
 from tests.pinner.hookrun import (
+    cmk_hook_entry,
     cpus_allowed,
     cpuset_cgroup,
     process_in,
     read_cpus,
     run_hook,
+    state,
 )
 
 FIXTURES = Path(__file__).resolve().parent / "hook_fixtures"
 E = "cmk hook: error: "
 STATE = "the OCI state on stdin"
-NO_CPUS = (E + "the container's env (process.env in {bundle}/config.json) sets none of " + hook.ENV_LIST
-           + ": nothing to confine it to; " + hook.NO_CPUS_HINT)
+CONFIG = "the container's config {bundle}/config.json"
+NOT_LISTED = (E + "this hook's --cpus=1 is not in the createRuntime hooks of " + CONFIG
+              + ": the runtime runs the hooks it wrote there; " + hook.NO_CPUS_HINT)
+ENTRY = E + CONFIG + ": hooks.createRuntime[0] (cmk hook): "
+
+
+def not_a_list(value: str, detail: str, where: str = ENTRY) -> str:
+    return f"{where}--cpus='{value}' is not a cpu list: {detail} ({LIST_HINT})"
 
 
 @dataclass(frozen=True)
@@ -39,10 +49,14 @@ class Case:
     status: int
     message: str  # "{pid}", "{bundle}", "{proc}", "{tmp}", "{cgroup}", "{parent}", "{parent_cpus}" are filled in
     state: str = "valid"  # state/<name>.json
-    config: str | None = "exclusive-1"  # config/<name>.json; None: the bundle has no config.json
+    config: str | None = "cpus-1"  # config/<name>.json; None: the bundle has no config.json
     proc: str | None = None  # proc/<name>/ as --proc-root; None: the real /proc
-    args: tuple[str, ...] = ()
+    args: tuple[str, ...] = ("--cpus=1",)  # the hook's own argv, as the CDI device gives it
 
+
+#: What a pod spec can put in its container's config.json (env, args, passthrough annotations) and hook
+#: entries that only look like ours: none of it is a channel, with or without a trusted entry beside it.
+FORGED = ("forged-env", "forged-process-args", "forged-annotations", "forged-other-stage", "forged-hook-name")
 
 CASES = [
     # --- the OCI state on stdin ---
@@ -81,28 +95,65 @@ CASES = [
          E + "the container's process 4194304 is gone (/proc/4194304/cgroup does not exist): it exited before its "
          "start hook ran", state="gone"),
     # --- the container's config.json ---
-    Case("config-missing", hook.EXIT_CONFIG,
-         E + "cannot read the container's config {bundle}/config.json: no such file or directory", config=None),
-    Case("config-broken-json", hook.EXIT_CONFIG,
-         E + "the container's config {bundle}/config.json is not valid JSON: expected ',' or '}' at its end",
+    Case("config-missing", hook.EXIT_CONFIG, E + "cannot read " + CONFIG + ": no such file or directory", config=None),
+    Case("config-broken-json", hook.EXIT_CONFIG, E + CONFIG + " is not valid JSON: expected ',' or '}' at its end",
          config="broken"),
-    Case("config-env-not-array", hook.EXIT_CONFIG,
-         E + "the container's config {bundle}/config.json: process.env is not an array", config="env-not-array"),
-    Case("config-env-entry-number", hook.EXIT_CONFIG,
-         E + "the container's config {bundle}/config.json: process.env[1] is a number, not a NAME=VALUE string",
-         config="env-entry-number"),
-    # --- the CPUs in the env ---
-    Case("env-none", hook.EXIT_NO_CPUS, NO_CPUS, config="no-env"),
-    Case("env-no-process", hook.EXIT_NO_CPUS, NO_CPUS, config="no-process"),
-    Case("env-similar-names-only", hook.EXIT_NO_CPUS, NO_CPUS, config="env-without-cpus"),
-    Case("env-empty-value", hook.EXIT_NO_CPUS, NO_CPUS, config="env-empty-cpus"),
-    Case("env-malformed-cpus", hook.EXIT_MALFORMED,
-         E + "CMK_CPUS_EXCLUSIVE='1,x' is not a cpu list: 'x' is not a CPU number (" + LIST_HINT + ")",
-         config="malformed-cpus"),
-    Case("env-cpus-outside-parent", hook.EXIT_OUTSIDE,
+    Case("config-hooks-not-object", hook.EXIT_CONFIG, E + CONFIG + ": hooks is not an object",
+         config="hooks-not-object"),
+    Case("config-create-runtime-not-array", hook.EXIT_CONFIG, E + CONFIG + ": hooks.createRuntime is not an array",
+         config="create-runtime-not-array"),
+    Case("config-hook-entry-not-object", hook.EXIT_CONFIG, E + CONFIG + ": hooks.createRuntime[0] is not an object",
+         config="hook-entry-not-object"),
+    Case("config-hook-args-not-array", hook.EXIT_CONFIG, E + CONFIG + ": hooks.createRuntime[0].args is not an array",
+         config="hook-args-not-array"),
+    # --- the trusted channel missing: no --cpus, or config.json lacks this hook's entry ---
+    Case("own-no-cpus", hook.EXIT_NO_CPUS, E + "no --cpus=LIST: " + hook.NO_CPUS_HINT, args=()),
+    Case("own-no-cpus-with-roots", hook.EXIT_NO_CPUS, E + "no --cpus=LIST: " + hook.NO_CPUS_HINT,
+         args=("--proc-root=/proc",)),
+    *(Case(f"missing-{name}", hook.EXIT_NO_CPUS, NOT_LISTED, config=name) for name in (
+        "no-hooks", "no-process-no-hooks", "hooks-null", "other-hooks-only", "cmk-hook-without-cpus",
+        "own-cpus-not-listed", "own-cpus-a-subset-only")),
+    *(Case(name, hook.EXIT_NO_CPUS, NOT_LISTED, config=name) for name in FORGED),
+    # --- the trusted channel malformed: this hook's own --cpus ---
+    Case("own-cpus-letter", hook.EXIT_MALFORMED, not_a_list("1,x", "'x' is not a CPU number", E + "this hook's "),
+         args=("--cpus=1,x",)),
+    Case("own-cpus-empty", hook.EXIT_MALFORMED, not_a_list("", "empty entry between commas", E + "this hook's "),
+         args=("--cpus=",)),
+    Case("own-cpus-non-ascii-digit", hook.EXIT_MALFORMED,
+         not_a_list("??", "'??' is not a CPU number", E + "this hook's "), args=("--cpus=\u0663",)),
+    Case("own-cpus-out-of-range", hook.EXIT_MALFORMED,
+         not_a_list("9000", "CPU 9000 is out of range (0-8191)", E + "this hook's "), args=("--cpus", "9000")),
+    Case("own-cpus-twice", hook.EXIT_USAGE, E + "option --cpus is given twice (see 'cmk hook --help')",
+         args=("--cpus=1", "--cpus=1")),
+    Case("own-cpus-needs-value", hook.EXIT_USAGE, E + "option --cpus needs a value (see 'cmk hook --help')",
+         args=("--cpus",)),
+    # --- the trusted channel malformed: another cmk hook entry in config.json ---
+    *(Case(f"entry-cpus-{name}", hook.EXIT_MALFORMED, not_a_list(value, detail), config=f"entry-cpus-{name}")
+      for name, value, detail in [
+          ("letter", "1,x", "'x' is not a CPU number"),
+          ("empty", "", "empty entry between commas"),
+          ("plus", "+1", "'+1' is not a CPU number"),
+          ("underscore", "1_0", "'1_0' is not a CPU number"),
+          ("arabic-digit", "??", "'??' is not a CPU number"),  # U+0663, two bytes shown as '?'
+          ("fullwidth-digit", "???", "'???' is not a CPU number"),  # U+FF11, three bytes
+          ("out-of-range", "8192", "CPU 8192 is out of range (0-8191)"),
+          ("too-many-digits", "1" * 5000, f"'{'1' * 5000}' is not a CPU number"),
+          ("backwards", "3-1", "range '3-1' runs backwards"),
+          ("space", " 1", "' 1' is not a CPU number"),
+          ("trailing-comma", "1,", "empty entry between commas"),
+      ]),
+    Case("entry-cpus-twice", hook.EXIT_MALFORMED, ENTRY + "option --cpus is given twice", config="entry-cpus-twice"),
+    Case("entry-cpus-needs-value", hook.EXIT_MALFORMED, ENTRY + "option --cpus needs a value",
+         config="entry-cpus-needs-value"),
+    Case("entry-unknown-option", hook.EXIT_MALFORMED, ENTRY + "unknown option '--pool'", config="entry-unknown-option"),
+    Case("entry-arg-number", hook.EXIT_MALFORMED, ENTRY + "args[3] is a number, not a string",
+         config="entry-arg-number"),
+    Case("entry-arg-nul", hook.EXIT_MALFORMED, ENTRY + "args[2] holds a NUL byte", config="entry-arg-nul"),
+    Case("entry-help", hook.EXIT_MALFORMED, ENTRY + "'--help' is not an option of a hook entry", config="entry-help"),
+    Case("cpus-outside-parent", hook.EXIT_OUTSIDE,
          E + "the container's CPUs 1,4000 are not within its parent cgroup's CPUs {parent_cpus} (CPU 4000 outside, "
          "from {parent}/cpuset.effective_cpus): the pools' CPUs must stay within the pods' cgroup",
-         config="outside-parent"),
+         config="outside-parent", args=("--cpus=1,4000",)),
     # --- the cgroup ---
     Case("cgroup-no-cpuset-line", hook.EXIT_NO_CGROUP,
          E + "process {pid} is in no cpuset cgroup ({proc}/{pid}/cgroup has neither a cpuset nor a 0:: line): "
@@ -115,10 +166,10 @@ CASES = [
          "{proc}/self/mountinfo): mount it, or name it with --cgroup-root", proc="not-mounted"),
     Case("cgroup-directory-missing", hook.EXIT_NO_CGROUP,
          E + "the cpuset cgroup of process {pid}, {tmp}/empty{cgroup_path}, does not exist",
-         args=("--cgroup-root={tmp}/empty",)),
+         args=("--cpus=1", "--cgroup-root={tmp}/empty")),
     Case("cgroup-v2-cpuset-not-enabled", hook.EXIT_NO_CGROUP,
          E + "the cgroup {tmp}/v2/kubepods/pod1/ctr has no cpuset.cpus: enable the cpuset controller in its parent's "
-         "cgroup.subtree_control", proc="v2", args=("--cgroup-root", "{tmp}/v2")),
+         "cgroup.subtree_control", proc="v2", args=("--cpus=1", "--cgroup-root", "{tmp}/v2")),
     # --- the command line ---
     Case("usage-unknown-option", hook.EXIT_USAGE,
          E + "unknown option '--pid': the OCI state comes on stdin (see 'cmk hook --help')", args=("--pid=1",)),
@@ -187,7 +238,24 @@ def test_malformed_input(native_cmk: Path, container: Container, tmp_path: Path,
 
 def test_a_state_beyond_the_size_limit_is_refused(native_cmk: Path) -> None:
     """Bounded memory: the hook never holds more than the limit of whatever is piped in."""
-    proc = subprocess.run([str(native_cmk), "hook"], input=b" " * (hook.MAX_JSON_BYTES + 1), capture_output=True,
+    proc = subprocess.run([str(native_cmk), "hook", "--cpus=1"], input=b" " * (hook.MAX_JSON_BYTES + 1), capture_output=True,
                           timeout=60, check=False)
     assert (proc.returncode, proc.stderr.decode()) == (
         hook.EXIT_STATE, f"{E}cannot read {STATE}: it is larger than {hook.MAX_JSON_BYTES} bytes\n")
+
+
+@pytest.mark.parametrize("name", FORGED)
+def test_a_forgery_beside_the_trusted_entry_adds_no_cpu(native_cmk: Path, container: Container, tmp_path: Path,
+                                                        name: str) -> None:
+    """The forged fixtures plus the CDI device's own entry: confined to that entry's CPUs, nothing more."""
+    config = json.loads((FIXTURES / "config" / f"{name}.json").read_text())
+    hooks = config.setdefault("hooks", {})
+    hooks.setdefault("createRuntime", []).append(cmk_hook_entry("1"))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    try:
+        result = run_hook(native_cmk, state(container.pid, tmp_path), "--cpus=1")
+        assert (result.returncode, result.stderr) == (0, b"")
+        assert (read_cpus(container.cgroup / "cpuset.cpus"), cpus_allowed(container.pid)) == ("1", "1")
+    finally:  # the module's container goes back to its parent's CPUs for the next case
+        (container.cgroup / "cpuset.cpus").write_text(read_cpus(container.cgroup.parent / "cpuset.cpus"))
+        os.sched_setaffinity(container.pid, os.sched_getaffinity(0))

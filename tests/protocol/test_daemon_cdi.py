@@ -14,6 +14,7 @@ from deviceplugin.host import cdi
 from deviceplugin.model.plan import PlanOptions
 from deviceplugin.standin import ContainerSpec, PodSpec
 from pinner import hook
+from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.protocol.test_daemon import (
     EXCLUSIVE,
     INFRA,
@@ -28,23 +29,27 @@ from tests.topologies import fixture_copy
 SPEC_NAME = "cmk.intel.com-cpus.json"
 
 
-def test_spec_names_every_served_pool_and_the_installed_hook(kubelet, plugin_dir, tmp_path):
+def test_spec_has_a_device_per_core_and_slot_pool_each_with_its_cpus_in_its_hook(kubelet, plugin_dir, tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
                                    install_dir=INSTALL_DIR, plan=PlanOptions(), cdi_dir=tmp_path / "cdi"))
     daemon.start()
     try:
         spec = json.loads((tmp_path / "cdi" / SPEC_NAME).read_text())
-        assert spec["kind"] == "cmk.intel.com/cpus"
-        assert [d["name"] for d in spec["devices"]] == ["exclusive", "shared", "infra"]
-        assert spec["containerEdits"]["hooks"] == [
-            {"hookName": "createRuntime", "path": f"{INSTALL_DIR}/cmk", "args": list(hook.ARGS), "timeout": 10}]
+        assert spec["kind"] == "cmk.intel.com/cpus" and "containerEdits" not in spec
+        expected = {}
+        for pool in daemon.tree.values():
+            for device in pool.devices.values():
+                name = device.id if pool.pool.value.startswith("exclusive") else pool.pool.value
+                expected[name] = [{"hookName": "createRuntime", "path": f"{INSTALL_DIR}/cmk",
+                                   "args": hook.command_line(format_cpu_list(device.cpus)), "timeout": 10}]
+        assert {d["name"]: d["containerEdits"]["hooks"] for d in spec["devices"]} == expected
     finally:
         daemon.stop()
     assert not (tmp_path / "cdi" / SPEC_NAME).exists()
 
 
-def test_allocate_names_each_pools_cdi_device_and_they_merge(kubelet, plugin_dir, tmp_path):
+def test_allocate_names_the_cdi_device_of_every_id_and_they_merge(kubelet, plugin_dir, tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
                                    install_dir=INSTALL_DIR, cdi_dir=tmp_path / "cdi"))
@@ -55,12 +60,18 @@ def test_allocate_names_each_pools_cdi_device_and_they_merge(kubelet, plugin_dir
             ContainerSpec("dataplane", limits={EXCLUSIVE: 2}),
             ContainerSpec("monitor", limits={INFRA: 1, SHARED: 1}),
         )))
-        assert pod.container("dataplane").answer.cdi_devices == ("cmk.intel.com/cpus=exclusive",)
+        dataplane = pod.container("dataplane")
+        assert sorted(dataplane.answer.cdi_devices) == sorted(
+            f"cmk.intel.com/cpus={i}" for i in dataplane.device_ids[EXCLUSIVE])
         assert sorted(pod.container("monitor").answer.cdi_devices) == [
             "cmk.intel.com/cpus=infra", "cmk.intel.com/cpus=shared"]
         spec = json.loads((tmp_path / "cdi" / SPEC_NAME).read_text())
-        declared = {cdi.device_name(d["name"]) for d in spec["devices"]}
-        assert {n for c in pod.containers for n in c.answer.cdi_devices} <= declared
+        hooks = {cdi.device_name(d["name"]): d["containerEdits"]["hooks"][0]["args"] for d in spec["devices"]}
+        for container in pod.containers:  # the hooks' CPUs are exactly the CPUs the env tells the pinner
+            held = parse_cpu_list(",".join(a.removeprefix("--cpus=") for n in container.answer.cdi_devices
+                                           for a in hooks[n][2:]))
+            env = parse_cpu_list(",".join(container.answer.envs.values()))
+            assert held == env
         assert kubelet.conflicts() == []
     finally:
         daemon.stop()
@@ -86,7 +97,7 @@ def test_the_cli_writes_the_spec_by_default_and_sigterm_removes_it(kubelet, plug
     try:
         wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
         spec = json.loads((cdi_dir / SPEC_NAME).read_text())
-        assert spec["containerEdits"]["hooks"][0]["path"] == "/host/opt/bin/cmk"
+        assert {h["path"] for d in spec["devices"] for h in d["containerEdits"]["hooks"]} == {"/host/opt/bin/cmk"}
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=10)
     finally:

@@ -63,3 +63,14 @@ def test_unhealthy_ids_are_named():
 def test_an_empty_request_is_refused():
     with pytest.raises(DeviceRequestError, match="no device IDs"):
         allocate_answer(tree()[RESOURCE_NAMES[Pool.SHARED]], [], install_dir=INSTALL)
+
+
+def test_with_cdi_each_core_names_its_own_device_and_slots_their_pools():
+    devices = tree()
+    exclusive = allocate_answer(devices[RESOURCE_NAMES[Pool.EXCLUSIVE]], ["cpus-2.10", "cpus-0.8"],
+                                install_dir=INSTALL, cdi=True)
+    shared = allocate_answer(devices[RESOURCE_NAMES[Pool.SHARED]], ["shared-004", "shared-001"],
+                             install_dir=INSTALL, cdi=True)
+    assert exclusive.cdi_devices == ("cmk.intel.com/cpus=cpus-2.10", "cmk.intel.com/cpus=cpus-0.8")
+    assert shared.cdi_devices == ("cmk.intel.com/cpus=shared",)
+    assert allocate_answer(devices[RESOURCE_NAMES[Pool.SHARED]], ["shared-004"], install_dir=INSTALL).cdi_devices == ()

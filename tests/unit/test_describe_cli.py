@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pinner.cpulist import parse_cpu_list
 from tests.topologies import FIXTURES, fixture_copy
 
 XEON_D = ["--sysfs-root", str(FIXTURES / "cmk-xeon_d/sys"), "--procfs-root", str(FIXTURES / "cmk-xeon_d/proc")]
@@ -82,6 +83,8 @@ def _unreadable_cmdline(tmp_path: Path) -> list[str]:
      "asked for 4 exclusive + 1 shared cores, but only 4 whole cores are isolated"),
     (["--exclusive-mode", "tight"], 2, "argument --exclusive-mode: invalid Mode value: 'tight'"),
     (["--output", "xml"], 2, "argument --output/-o: invalid choice: 'xml'"),
+    (["--usage-window", "-1"], 2, "argument --usage-window: '-1' is not a number of seconds from 0 to 60"),
+    (["--usage-window", "soon"], 2, "argument --usage-window: 'soon' is not a number of seconds from 0 to 60"),
 ])
 def test_bad_flags_are_one_line_and_nonzero(args, status, message):
     result = cmk("describe", *XEON_D, *args)
@@ -103,3 +106,28 @@ def test_unreadable_cmdline_is_one_line(tmp_path):
     assert result.returncode == 1
     assert "cmdline" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_describe_usage_on_this_machine_covers_every_online_cpu_once():
+    result = cmk("describe", "-o", "json", "--usage-window", "0.2")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    usage = data["usage"]
+    assert usage["available"] and usage["window_seconds"] >= 0.2
+    assert usage["holdings_known"] is (data["live"]["available"])
+    covered = [cpu for pool in usage["pools"] for cpu in parse_cpu_list(pool["cpus"])]
+    assert sorted(covered) == sorted(parse_cpu_list(data["topology"]["online_cpus"]))
+    for pool in usage["pools"]:
+        assert 0 <= pool["busy_cpus"] <= len(parse_cpu_list(pool["cpus"]))
+        assert pool["local_interrupts_per_second"] > 0  # every online CPU takes timer interrupts
+    table = cmk("describe", "--usage-window", "0.2").stdout
+    assert "Usage over 0.2 s (procfs; busy in CPUs, rates per second)" in table
+
+
+def test_describe_without_procfs_counters_says_so_in_one_line_and_window_0_leaves_usage_out():
+    as_json = json.loads(cmk("describe", *XEON_D, "-o", "json").stdout)
+    stat = FIXTURES / "cmk-xeon_d/proc/stat"
+    reason = f"cannot read {stat}: No such file or directory (is --procfs-root a procfs?)"
+    assert as_json["usage"] == {"available": False, "reason": reason}
+    assert f"usage unavailable: {reason}" in cmk("describe", *XEON_D).stdout.splitlines()
+    assert "usage" not in json.loads(cmk("describe", *XEON_D, "-o", "json", "--usage-window", "0").stdout)

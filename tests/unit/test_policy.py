@@ -1,4 +1,4 @@
-"""Preferred allocation for core pools: one NUMA node by best fit, then one L3 group, else fewest nodes."""
+"""Preferred allocation for core pools: one NUMA node and one L3 group while one has room, else fewest nodes."""
 
 from __future__ import annotations
 
@@ -21,22 +21,49 @@ def devices(topology: Topology) -> dict[str, Core]:
     return {f"core{core.first}": core for core in topology.cores}
 
 
-def grid(cores_per_node: Sequence[int], *, threads: int = 1, l3_size: int | None = None) -> dict[str, Core]:
-    """Node i holds cores_per_node[i] cores, numbered on; an L3 group is l3_size consecutive cores of one node."""
+def grid(cores_per_node: Sequence[int], *, threads: int = 1, l3_size: int | None = None,
+         l3_nodes: int | None = None) -> dict[str, Core]:
+    """Node i holds cores_per_node[i] cores, numbered on; an L3 group is l3_size consecutive cores of one node,
+    or (l3_nodes) all cores of that many consecutive nodes, as on memory-side-cache machines."""
     total = sum(cores_per_node)
+    starts = [sum(cores_per_node[:node]) for node in range(len(cores_per_node) + 1)]
     cores, node_of, l3_of = [], {}, {}
-    first = 0
     for node, count in enumerate(cores_per_node):
-        ids = range(first, first + count)
+        ids = range(starts[node], starts[node] + count)
         for index, core in enumerate(ids):
             threads_of = [core + t * total for t in range(threads)]
             cores.append(threads_of)
-            group = ids[(index // l3_size) * l3_size:][:l3_size] if l3_size else ids
+            if l3_nodes:
+                span = node // l3_nodes * l3_nodes
+                group = range(starts[span], starts[min(span + l3_nodes, len(cores_per_node))])
+            else:
+                group = ids[(index // l3_size) * l3_size:][:l3_size] if l3_size else ids
             for cpu in threads_of:
                 node_of[cpu] = node
                 l3_of[cpu] = [c + t * total for c in group for t in range(threads)]
-        first += count
-    return devices(build_topology(cores, node_of=node_of, package_of=node_of, l3_of=l3_of if l3_size else None))
+    with_l3 = l3_of if l3_size or l3_nodes else None
+    return devices(build_topology(cores, node_of=node_of, package_of=node_of, l3_of=with_l3))
+
+
+def layout(*groups: tuple[int, int, int, int]) -> tuple[dict[str, Core], list[str]]:
+    """Cores numbered on, group by group: (NUMA node, L3 group, free cores, busy cores).
+
+    An L3 group id may recur in several nodes (an L3 spanning them). Returns the cores and the free ones.
+    """
+    spec = [(node, l3, core) for node, l3, free, busy in groups for core in ["free"] * free + ["busy"] * busy]
+    members: dict[int, list[int]] = {}
+    for cpu, (_, l3, _) in enumerate(spec):
+        members.setdefault(l3, []).append(cpu)
+    cores = devices(build_topology(
+        [[cpu] for cpu in range(len(spec))],
+        node_of={cpu: node for cpu, (node, _, _) in enumerate(spec)},
+        l3_of={cpu: members[l3] for cpu, (_, l3, _) in enumerate(spec)},
+    ))
+    return cores, [f"core{cpu}" for cpu, (_, _, state) in enumerate(spec) if state == "free"]
+
+
+def l3_groups(answer: Sequence[str], cores: Mapping[str, Core]) -> set[frozenset[int] | None]:
+    return {cores[device].l3 for device in answer}
 
 
 def ids(*firsts: int) -> list[str]:
@@ -98,6 +125,49 @@ def test_one_node_outranks_one_l3_group():
     available = free_except(cores, 0, 9)  # node0: 5 free (2 + 3), node1: 3 free in one L3 group
     # A 2-core request fits L3 {1,2} exactly, but node1 is the best-fit node.
     assert preferred_allocation(cores, available, [], 2) == ids(6, 7)
+
+
+#: Each case split the request across L3 groups (or nodes) before this policy, though one group had room:
+#: (groups as in layout(), size, NUMA nodes the answer must use).
+REGRET_CASES = {
+    "the best-fit node has no L3 group with room, the other node has": (
+        [(0, 0, 3, 1), (0, 1, 3, 1), (1, 2, 4, 0), (1, 3, 4, 0)], 4, {1}),
+    "three L3 groups per node, only the emptier node has one with room": (
+        [(0, 0, 2, 2), (0, 1, 2, 2), (0, 2, 2, 2), (1, 3, 5, 0), (1, 4, 3, 2)], 5, {1}),
+    "no node has room, but an L3 spanning two nodes has (memory-side cache)": (
+        [(0, 0, 4, 0), (1, 0, 1, 3), (2, 1, 3, 1), (3, 1, 3, 1)], 6, {2, 3}),
+    "the best-fit node's room is spread evenly over its L3 groups": (
+        [(0, 0, 4, 4), (0, 1, 4, 4), (1, 2, 7, 1), (1, 3, 3, 5)], 5, {1}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REGRET_CASES))
+def test_no_split_across_l3_groups_while_one_group_has_room(case):
+    groups, size, expected_nodes = REGRET_CASES[case]
+    cores, available = layout(*groups)
+    answer = preferred_allocation(cores, available, [], size)
+    assert len(answer) == size and len(l3_groups(answer, cores)) == 1
+    assert nodes(answer, cores) == expected_nodes
+
+
+def test_an_l3_group_that_costs_an_extra_numa_node_is_not_taken():
+    # L3 0 spans nodes 0-2 with 2 free each (6); nodes 3 and 4 (own L3 groups) hold 6 in two nodes.
+    cores, available = layout((0, 0, 2, 0), (1, 0, 2, 0), (2, 0, 2, 0), (3, 1, 4, 0), (4, 2, 3, 0))
+    answer = preferred_allocation(cores, available, [], 6)
+    assert len(nodes(answer, cores)) == 2 and 3 in nodes(answer, cores)  # node 3 whole, then a best fit for 2
+
+
+def test_among_groups_with_room_the_fullest_node_then_the_smallest_group_wins():
+    # node0: L3 groups with 4 and 1 free (5); node1: 3 and 3 free (6). 3 cores fit in three groups.
+    cores, available = layout((0, 0, 4, 0), (0, 1, 1, 0), (1, 2, 3, 0), (1, 3, 3, 0))
+    assert preferred_allocation(cores, available, [], 3) == ids(0, 1, 2)
+    assert preferred_allocation(cores, available, [], 1) == ids(4)  # node0's one-core group: exact fit
+
+
+def test_a_group_with_room_must_hold_the_must_include_devices():
+    cores, available = layout((0, 0, 3, 1), (0, 1, 3, 1), (1, 2, 4, 0))  # core3 is busy, core4-6 free in L3 1
+    answer = preferred_allocation(cores, available, ids(0), 3)
+    assert answer == ids(0, 1, 2), "L3 0 holds core0 and has room; node1's empty group does not hold core0"
 
 
 def test_l3_tie_goes_to_the_group_with_the_lowest_first_cpu():
@@ -235,6 +305,12 @@ def check_answer(cores: Mapping[str, Core], available: Sequence[str], must_inclu
               and sum(cores[d].node == node for d in free) >= size]
     if single:
         assert len(nodes(answer, cores)) <= 1
+    fewest = fewest_nodes(cores, free, set(must_include), len(answer))
+    l3_with_room = [group for group in {c.l3 for c in cores.values()}
+                    if (members := {d for d in free if cores[d].l3 == group}) >= set(must_include)
+                    and len(members) >= size and fewest_nodes(cores, members, set(must_include), size) == fewest]
+    if l3_with_room:
+        assert len(l3_groups(answer, cores)) <= 1, "split across L3 groups though one had room"
     reordered = shuffle.sample(list(available), len(available))
     assert preferred_allocation(cores, reordered, shuffle.sample(list(must_include), len(must_include)), size) == answer
 
@@ -242,7 +318,9 @@ def check_answer(cores: Mapping[str, Core], available: Sequence[str], must_inclu
 @st.composite
 def requests(draw):
     per_node = draw(st.lists(st.integers(1, 6), min_size=1, max_size=4))
-    cores = grid(per_node, threads=draw(st.integers(1, 2)), l3_size=draw(st.sampled_from([None, 1, 2, 3])))
+    shape = draw(st.sampled_from([{"l3_size": None}, {"l3_size": 1}, {"l3_size": 2}, {"l3_size": 3},
+                                  {"l3_nodes": 2}, {"l3_nodes": 3}]))
+    cores = grid(per_node, threads=draw(st.integers(1, 2)), **shape)
     available = [d for d in cores if draw(st.booleans())] + draw(st.lists(st.sampled_from(["gpu0", "x"]), max_size=2))
     known = [d for d in available if d in cores]
     must_include = draw(st.lists(st.sampled_from(known), unique=True)) if known else []

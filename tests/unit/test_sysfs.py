@@ -369,3 +369,23 @@ def test_a_malformed_isolcpus_names_the_cmdline(tmp_path: Path) -> None:
     _write(tmp_path / "cmdline", "ro isolcpus=domain,2-z\n")
     with pytest.raises(CmkError, match=rf"{tmp_path / 'cmdline'}: malformed cpu list"):
         read_boot_settings(tmp_path)
+
+
+def test_l3_groups_split_each_node_into_l3_per_node_groups(tmp_path: Path) -> None:
+    roots = write_synthetic_sysfs(tmp_path, 1, 2, 4, 2, l3_per_node=2)  # 8 cores, CPUs n and n + 8
+    topology = discover(roots.sysfs, roots.procfs)
+    groups = sorted({format_cpu_list(cpu.l3) for cpu in topology.cpus.values() if cpu.l3})
+    assert groups == ["0-1,8-9", "2-3,10-11", "4-5,12-13", "6-7,14-15"]
+
+
+def test_synthetic_l3_groups_must_split_a_node_evenly(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="3 cores per node do not split into 2 equal L3 groups"):
+        write_synthetic_sysfs(tmp_path, 1, 1, 3, 1, l3_per_node=2)
+
+
+def test_an_empty_l3_sharing_list_means_the_cores_own_cache(tmp_path: Path) -> None:
+    roots = _machine(tmp_path)  # cores {0,2} and {1,3}
+    for cpu in range(4):
+        _write(_cpu(roots, f"cpu{cpu}/cache/index3/shared_cpu_list"), "\n")
+    topology = discover(roots.sysfs, roots.procfs)
+    assert [topology.cpus[cpu].l3 for cpu in range(4)] == [{0, 2}, {1, 3}, {0, 2}, {1, 3}]

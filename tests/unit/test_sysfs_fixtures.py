@@ -61,6 +61,12 @@ DEVIATIONS: dict[tuple[str, str], Deviation] = {
     ("hwloc-40intel64-4n10c+pci-conflicts", "cpus.socket"): Deviation(
         {cpu: 3 for cpu in range(3, 40, 4)}, "same conflict: the kernel's id for package 3's CPUs"
     ),
+    ("hwloc-40intel64-4n10c+pci-conflicts", "l3_groups"): Deviation(
+        ["0,4,8,12,16,20,24,28,32,36", "1,5,9,13,17,21,25,29,33,37", "2,6,10,14,18,22,26,30,34,38",
+         "3,7,11,15,19,23,27,31,35,39"],
+        "same conflict: hwloc's tree leaves package 2's CPUs without an L3 object, while each "
+        "of their cache/index3/shared_cpu_list names the ten CPUs of that package",
+    ),
     ("hwloc-32amd64-4s2n4c-cgroup2", "visible_sockets"): Deviation(
         1,
         "hwloc keeps the packages whose memory nodes the cgroup allows even when none of "
@@ -170,6 +176,50 @@ def test_per_cpu_placement_matches(folder: str) -> None:
             if getattr(topology.cpus[row["cpu"]], attribute) != row[key]
         }
         _check(folder, f"cpus.{key}", mismatched, {})
+
+
+def _hwloc_l3_groups(console: str) -> list[frozenset[int]]:
+    """The PUs (``P#``) under each ``L3Cache`` of hwloc's indented console tree."""
+    groups, open_caches = [], []  # open_caches: (indent, PUs) of the L3 objects around the current line
+    for line in console.splitlines():
+        indent = len(line) - len(line.lstrip())
+        while open_caches and open_caches[-1][0] >= indent:
+            groups.append(frozenset(open_caches.pop()[1]))
+        body = line.strip()
+        if body.startswith("L3Cache "):
+            open_caches.append((indent, set()))
+        elif body.startswith("PU L#"):
+            pu = int(body.split("(P#", 1)[1].split(")", 1)[0].split()[0])
+            for _, members in open_caches:
+                members.add(pu)
+    return groups + [frozenset(members) for _, members in open_caches]
+
+
+CONSOLE_FOLDERS = [folder for folder in FOLDERS if (FIXTURES / folder / "upstream-expected.console").is_file()]
+
+
+@pytest.mark.parametrize("folder", CONSOLE_FOLDERS)
+def test_l3_groups_match_hwloc(folder: str) -> None:
+    """L3 groups from cache/index*/shared_cpu_list (level 3), as hwloc groups the PUs under L3Cache.
+
+    A dump without L3 folders gives no group (hwloc shows no L3 either); ia64's empty sharing
+    maps give each core its own L3, as hwloc reads them.
+    """
+    topology = _discovered(folder)
+    visible = _visible(_expected(folder)) or topology.online
+    ours = sorted({format_cpu_list(cpu.l3 & visible) for cpu in topology.cpus.values()
+                   if cpu.online and cpu.id in visible and cpu.l3})
+    console = (FIXTURES / folder / "upstream-expected.console").read_text()
+    upstream = sorted({format_cpu_list(group) for group in _hwloc_l3_groups(console)})
+    _check(folder, "l3_groups", ours, upstream)
+
+
+def test_ia64_empty_l3_maps_mean_each_core_has_its_own() -> None:
+    topology = _discovered("hwloc-8ia64-2s2c2t")
+    mask = (FIXTURES / "hwloc-8ia64-2s2c2t/sys/devices/system/cpu/cpu0/cache/index4/shared_cpu_map").read_text()
+    assert set(mask.strip("\0\n ")) <= {"0", ","}, "the dump's L3 sharing map is empty"
+    assert all(core.l3 == core.cpus for core in topology.cores)
+    assert len(topology.cores) == 4 and topology.threads_per_core_max == 2
 
 
 def test_xeon_d_siblings_and_isolated_cpus_match_cmk() -> None:

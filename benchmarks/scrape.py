@@ -1,0 +1,93 @@
+"""What the per-CPU isolation collectors add to a ``/metrics`` scrape, on this machine and on 1,024 CPUs.
+
+``python benchmarks/scrape.py [RUNS]`` builds the daemon's registry twice per
+machine, without and with :class:`deviceplugin.observe.cpumetrics.CpuCollector`, and
+times ``generate_latest`` (what the HTTP handler runs per scrape), pod
+resources read from the kubelet stand-in over a real socket in both. It prints
+median and p90 milliseconds, series and bytes side by side and the ratio. The
+1,024-CPU procfs is written at a real node's shape (every named interrupt line
+and softirq type, 200 device IRQ lines: a NIC's queues) so parsing costs what it
+would there; Prometheus' default scrape timeout is 10 s.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+if not __package__:  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from prometheus_client import generate_latest
+
+from benchmarks.synthetic_sysfs import write_synthetic_sysfs
+from benchmarks.timing import samples_ms
+from deviceplugin.host.sysfs import discover
+from deviceplugin.model.cpustats import places
+from deviceplugin.model.devices import device_tree
+from deviceplugin.model.plan import PlanOptions, plan_pools
+from deviceplugin.observe.cpumetrics import CpuCollector
+from deviceplugin.observe.metrics import Metrics, PoolCollector
+from deviceplugin.standin import Kubelet
+from tests.procfs_counters import Known, write_counters
+
+SYNTHETIC = (4, 2, 64, 2)  # sockets, nodes per socket, cores per node, threads per core
+DEVICE_IRQ_LINES = 200
+
+
+def _registries(sysfs: Path, procfs: Path, pod_resources: Path) -> tuple[Metrics, Metrics]:
+    topology = discover(sysfs, procfs)
+    plan = plan_pools(topology, PlanOptions())
+    tree = device_tree(plan, topology.online)
+
+    def metrics(cpu_stats: CpuCollector | None) -> Metrics:
+        collector = PoolCollector(tree=lambda: tree, plan=plan, registered=lambda: frozenset(tree),
+                                  pod_resources=pod_resources, cpu_stats=cpu_stats)
+        return Metrics(collector, tree)
+
+    return metrics(None), metrics(CpuCollector(procfs_root=procfs, places=places(topology, plan)))
+
+
+def _series(text: bytes) -> int:
+    return sum(1 for line in text.splitlines() if line and not line.startswith(b"#"))
+
+
+def main(argv: list[str]) -> int:
+    runs = int(argv[0]) if argv else 30
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="cmk-bench-scrape-", dir="/tmp") as scratch:
+        root = Path(scratch)
+        kubelet = Kubelet(root / "plugins", pod_resources_socket=root / "pod-resources.sock")
+        kubelet.start()
+        try:
+            synthetic = write_synthetic_sysfs(root / "synthetic", *SYNTHETIC, isolated=range(0, 1024, 2))
+            cpus = discover(synthetic.sysfs, synthetic.procfs).online
+            write_counters(synthetic.procfs, {c: Known(user=1000 + c, system=300, idle=90000, device_irqs=c,
+                                                       timer_irqs=50000, net_rx=c) for c in cpus},
+                           idle_irq_lines=DEVICE_IRQ_LINES, real_shape=True)
+            machines = {"this machine (/sys, /proc)": (Path("/sys"), Path("/proc")),
+                        "synthetic " + "x".join(map(str, SYNTHETIC)): (synthetic.sysfs, synthetic.procfs)}
+            for name, (sysfs, procfs) in machines.items():
+                online = len(discover(sysfs, procfs).online)
+                for label, metrics in zip(("without", "with"), _registries(sysfs, procfs, kubelet.pod_resources_socket)):
+                    text = generate_latest(metrics.registry)
+                    samples = samples_ms(lambda m=metrics: generate_latest(m.registry), runs, warmup=2)
+                    rows.append((name, online, label, statistics.median(samples),
+                                 statistics.quantiles(samples, n=10)[-1], _series(text), len(text)))
+        finally:
+            kubelet.stop()
+    print(f"/metrics scrape (generate_latest), {runs} warm runs each; pod resources from the stand-in")
+    print(f"{'machine':<30} {'CPUs':>5} {'CPU collectors':<15} {'median ms':>10} {'p90 ms':>8} {'series':>7} "
+          f"{'bytes':>9}")
+    for name, online, label, median, p90, series, size in rows:
+        print(f"{name:<30} {online:>5} {label:<15} {median:>10.2f} {p90:>8.2f} {series:>7} {size:>9}")
+    for without, with_ in zip(rows[::2], rows[1::2]):
+        print(f"{with_[0]}: with/without {with_[3] / without[3]:.2f}x the time, "
+              f"+{with_[3] - without[3]:.2f} ms, +{with_[5] - without[5]} series")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,229 @@
+"""Per-CPU busy time, interrupts and softirqs from the kernel's procfs counters. Pure: text in, values out.
+
+``/proc/stat``, ``/proc/interrupts`` and ``/proc/softirqs`` are node-wide even
+inside a container, so the daemon needs no privilege to see what runs where.
+:mod:`deviceplugin.host.procstats` reads the files; everything here works on their
+text and on plain values, so tests feed it counters they know.
+
+- Busy time is ``user + nice + system + irq + softirq`` (the guest columns are
+  already inside ``user``/``nice``; ``steal`` is time the hypervisor ran
+  someone else, ``iowait`` is idle waiting): what ran on the CPU.
+- Interrupts are split by kind: ``device`` for the numbered lines (hardware
+  IRQs, which ``smp_affinity`` can steer off isolated CPUs) and ``local`` for
+  the named per-CPU lines (timer, IPIs, ...), which no affinity moves.
+- Softirqs are split the same way: ``device`` for those raised on behalf of
+  devices and drivers (``NET_RX`` on an isolated CPU means a NIC queue is
+  served there), ``local`` for timer, hrtimer, sched and rcu. Two series per
+  CPU rather than ten keep a 1,024-CPU node's scrape small (see
+  ``benchmarks/scrape.py``); ``/proc/softirqs`` has the types.
+
+Counters go out as counters (Prometheus takes rates); ``cmk describe`` takes
+a rate between two samples with :func:`rates`. A counter that went down
+between two samples (the kernel does not reset them, but a dump swapped
+under us could) counts from zero, as Prometheus' ``rate`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from deviceplugin.model.plan import CORE_POOLS, Pool, PoolPlan
+from deviceplugin.model.topology import Topology
+
+if TYPE_CHECKING:
+    from deviceplugin.model.devices import DeviceTree
+
+DEVICE, LOCAL = "device", "local"
+#: /proc/stat columns after the cpu name: user nice system idle iowait irq softirq steal guest guest_nice.
+_BUSY_COLUMNS = (0, 1, 2, 5, 6)
+_IDLE_COLUMNS = (3, 4)
+#: The pool label of a CPU that belongs to no pool (partly isolated or unused isolated cores).
+NO_POOL = "none"
+_CORE_POOL_NAMES = frozenset(str(p) for p in CORE_POOLS)
+
+
+class StatsError(ValueError):
+    """A procfs counter file is not in the kernel's format; ``str()`` says where, in one line."""
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """Seconds a CPU spent busy, and busy plus idle (the denominator of utilisation)."""
+
+    busy: float
+    total: float
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading of the counters. A CPU missing from ``times`` is offline (the kernel lists online ones)."""
+
+    times: Mapping[int, CpuTimes]
+    interrupts: Mapping[int, Mapping[str, int]]  # cpu -> DEVICE/LOCAL -> count
+    softirqs: Mapping[int, Mapping[str, int]]  # cpu -> DEVICE/LOCAL -> count
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a CPU sits: its pool (or :data:`NO_POOL`), NUMA node (``unknown`` if none) and isolation."""
+
+    pool: str
+    numa_node: str
+    isolated: bool
+
+    @property
+    def exclusive(self) -> bool:
+        return self.pool in _CORE_POOL_NAMES
+
+
+@dataclass(frozen=True)
+class CpuRates:
+    """One CPU between two samples: busy as a fraction of the CPU, counts per second."""
+
+    busy: float
+    interrupts: Mapping[str, float] = field(default_factory=dict)
+    softirqs: Mapping[str, float] = field(default_factory=dict)
+
+
+def parse_stat(text: str, ticks_per_second: int) -> dict[int, CpuTimes]:
+    """The ``cpuN`` lines of ``/proc/stat`` (USER_HZ ticks) as seconds per CPU."""
+    times: dict[int, CpuTimes] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or name == "cpu":
+            continue
+        try:
+            cpu = int(name[3:])
+            values = [int(v) for v in rest.split()]
+        except ValueError:
+            raise StatsError(f"line {number}: {line[:60]!r} is not 'cpuN' and tick counts") from None
+        if len(values) < 4:
+            raise StatsError(f"line {number}: {name} has {len(values)} counters, the kernel writes at least 4")
+        busy = sum(values[i] for i in _BUSY_COLUMNS if i < len(values))
+        idle = sum(values[i] for i in _IDLE_COLUMNS if i < len(values))
+        times[cpu] = CpuTimes(busy / ticks_per_second, (busy + idle) / ticks_per_second)
+    return times
+
+
+def parse_per_cpu_table(text: str) -> tuple[list[int], dict[str, list[int]]]:
+    """``/proc/interrupts`` or ``/proc/softirqs``: the CPUs of the columns, and row name -> counts in that order.
+
+    The header names the columns (``CPU0 CPU2`` when CPU 1 is offline); a row
+    with fewer counts than columns (``ERR:``, ``MIS:``: node-wide) is skipped,
+    and what follows the counts (chip, trigger, device names) is ignored.
+    Lists, not dicts: a 1,024-CPU node's file holds a quarter million counts.
+    """
+    lines = text.splitlines()
+    header = next((n for n, line in enumerate(lines) if line.strip()), None)
+    if header is None:
+        return [], {}
+    try:
+        cpus = [int(col.removeprefix("CPU")) for col in lines[header].split()]
+    except ValueError:
+        raise StatsError(f"line {header + 1}: the header is not 'CPU0 CPU1 ...'") from None
+    rows: dict[str, list[int]] = {}
+    for number, line in enumerate(lines[header + 1:], header + 2):
+        name, colon, rest = line.partition(":")
+        if not colon:
+            if line.strip():
+                raise StatsError(f"line {number}: {line[:60]!r} has no 'NAME:'")
+            continue
+        fields = rest.split(maxsplit=len(cpus))[:len(cpus)]
+        try:
+            counts = [int(f) for f in fields]
+        except ValueError:  # a description word where a count would be: a node-wide row
+            continue
+        if len(counts) == len(cpus):
+            rows[name.strip()] = counts
+    return cpus, rows
+
+
+#: Softirqs raised on behalf of devices and drivers (the rest, timer, hrtimer, sched and rcu, the kernel
+#: raises on every busy CPU itself); like device IRQs, these follow where a device's interrupts are steered.
+DEVICE_SOFTIRQS = frozenset({"HI", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET"})
+
+
+def by_kind(table: tuple[list[int], Mapping[str, list[int]]], is_device: Callable[[str], bool]) -> dict[int, dict[str, int]]:
+    """Per CPU, the rows summed into :data:`DEVICE` and :data:`LOCAL` counts."""
+    cpus, rows = table
+    sums = {}
+    for kind, wanted in ((DEVICE, True), (LOCAL, False)):
+        picked = [counts for name, counts in rows.items() if is_device(name) == wanted]
+        sums[kind] = [sum(column) for column in zip(*picked)] if picked else [0] * len(cpus)
+    return {cpu: {DEVICE: sums[DEVICE][i], LOCAL: sums[LOCAL][i]} for i, cpu in enumerate(cpus)}
+
+
+def interrupt_kinds(text: str) -> dict[int, dict[str, int]]:
+    """``/proc/interrupts`` per CPU: numbered lines are :data:`DEVICE` IRQs, named ones (LOC, RES, ...) :data:`LOCAL`."""
+    return by_kind(parse_per_cpu_table(text), str.isdigit)
+
+
+def softirq_kinds(text: str) -> dict[int, dict[str, int]]:
+    """``/proc/softirqs`` per CPU: :data:`DEVICE_SOFTIRQS` as :data:`DEVICE`, the rest (and any new type) :data:`LOCAL`."""
+    return by_kind(parse_per_cpu_table(text), DEVICE_SOFTIRQS.__contains__)
+
+
+def places(topology: Topology, plan: PoolPlan) -> dict[int, Place]:
+    """Every CPU the topology knows, with its pool from the plan, its NUMA node and whether it is isolated."""
+    pool_of = {cpu: str(pool) for pool, cores in plan.pools.items() for core in cores for cpu in core.cpus}
+    return {
+        cpu.id: Place(pool_of.get(cpu.id, NO_POOL), "unknown" if cpu.node is None else str(cpu.node),
+                      cpu.id in topology.isolated)
+        for cpu in topology.cpus.values()
+    }
+
+
+def held_cpus(tree: DeviceTree, held: Callable[[str], Iterable[str]]) -> frozenset[int]:
+    """CPUs behind the device IDs ``held(resource)`` names (``Assignments.held``): a core's threads; a slot its pool."""
+    return frozenset(cpu for resource, devices in tree.items() for cpu in devices.cpus_of(held(resource)))
+
+
+def _delta(before: float, after: float) -> float:
+    return after - before if after >= before else after
+
+
+def _per_second(then: Mapping[str, int], now: Mapping[str, int], seconds: float) -> dict[str, float]:
+    return {kind: _delta(then.get(kind, 0), count) / seconds if seconds > 0 else 0.0 for kind, count in now.items()}
+
+
+def rates(before: Sample, after: Sample, seconds: float) -> dict[int, CpuRates]:
+    """Per CPU online in both samples: busy share of its time, interrupts and softirqs per second."""
+    out: dict[int, CpuRates] = {}
+    for cpu in sorted(before.times.keys() & after.times.keys()):
+        then, now = before.times[cpu], after.times[cpu]
+        total = _delta(then.total, now.total)
+        busy = min(1.0, _delta(then.busy, now.busy) / total) if total > 0 else 0.0
+        out[cpu] = CpuRates(busy, _per_second(before.interrupts.get(cpu, {}), after.interrupts.get(cpu, {}), seconds),
+                            _per_second(before.softirqs.get(cpu, {}), after.softirqs.get(cpu, {}), seconds))
+    return out
+
+
+def unheld_busy(before: Sample, after: Sample, cpus: Iterable[int],
+                held_before: frozenset[int], held_after: frozenset[int]) -> dict[int, float]:
+    """Busy seconds between two samples on each of ``cpus`` that no container held at either sample.
+
+    Unheld at both ends, so a container starting or stopping between two
+    samples is never counted as a leak (a container that came and went in
+    between counts, as the kubelet's List never showed it either).
+    """
+    leaked = {}
+    for cpu in cpus:
+        if cpu in held_before or cpu in held_after or cpu not in before.times or cpu not in after.times:
+            continue
+        leaked[cpu] = _delta(before.times[cpu].busy, after.times[cpu].busy)
+    return leaked
+
+
+def exclusive_cpus(place: Mapping[int, Place]) -> frozenset[int]:
+    return frozenset(cpu for cpu, p in place.items() if p.exclusive)
+
+
+def pools_of(place: Mapping[int, Place]) -> dict[str, frozenset[int]]:
+    """Pool name -> its CPUs, in :class:`Pool` order, then :data:`NO_POOL` if some CPU is in none."""
+    order = [str(p) for p in Pool] + [NO_POOL]
+    groups: dict[str, set[int]] = {}
+    for cpu, p in place.items():
+        groups.setdefault(p.pool, set()).add(cpu)
+    return {name: frozenset(groups[name]) for name in order if name in groups}

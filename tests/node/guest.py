@@ -1,0 +1,545 @@
+"""The program the node tier runs inside each VM: every check of one shape, one JSON result.
+
+Run as ``python -m tests.node.guest PLAN.json`` by the VM's init, as root,
+against the guest kernel's own /sys, /proc and cgroup v2. Each check records
+``ok`` and a ``detail`` saying what it saw; one check failing does not stop
+the others. The result goes to the directory the host shared into the VM,
+where the host-side tests assert on it one check at a time.
+
+Expected values come from the kernel's files, read here directly
+(``/sys/devices/system/cpu/isolated``, ``node*/cpulist``,
+``thread_siblings_list``), never from the product's own parser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pinner.cpulist import format_cpu_list, parse_cpu_list
+from tests.node import oci, shapes
+
+if TYPE_CHECKING:
+    from deviceplugin.standin import Kubelet
+
+REPO = Path(__file__).resolve().parents[2]
+SYS = Path("/sys/devices/system")
+CGROUP = Path("/sys/fs/cgroup")
+RESOURCES = {
+    "exclusive": "cmk.intel.com/exclusive-cores",
+    "shared": "cmk.intel.com/shared",
+    "infra": "cmk.intel.com/infra",
+    "exclusive-non-isolcpus": "cmk.intel.com/exclusive-non-isolcpus-cores",
+}
+ENV = {"exclusive": "CMK_CPUS_EXCLUSIVE", "shared": "CMK_CPUS_SHARED", "infra": "CMK_CPUS_INFRA"}
+WAIT_SECONDS = 120.0  # TCG on a loaded 2-CPU machine is slow; this bounds a hang, not a speed
+
+
+class CheckFailed(Exception):
+    """A check's expectation did not hold; the message says what was seen."""
+
+
+def expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
+def read(path: Path | str) -> str:
+    return Path(path).read_text().strip()
+
+
+def cpus(text: str) -> frozenset[int]:
+    return parse_cpu_list(text) if text.strip() else frozenset()
+
+
+def show(cpu_set: frozenset[int] | set[int]) -> str:
+    return format_cpu_list(cpu_set) or "-"
+
+
+# -- what the kernel says ---------------------------------------------------------
+
+
+def kernel_facts() -> dict[str, Any]:
+    """The kernel's own view: isolated/nohz_full CPUs, NUMA nodes, SMT siblings, cgroup v2 controllers."""
+    online = cpus(read(SYS / "cpu/online"))
+    nodes = {int(p.name[4:]): read(p / "cpulist") for p in sorted(SYS.glob("node/node[0-9]*"))}
+    siblings = sorted({read(SYS / f"cpu/cpu{c}/topology/thread_siblings_list") for c in online},
+                      key=lambda s: min(cpus(s)))
+    return {
+        "release": os.uname().release,
+        "cmdline": read("/proc/cmdline"),
+        "online": show(online),
+        "isolated": read(SYS / "cpu/isolated"),
+        "nohz_full": read(SYS / "cpu/nohz_full") if (SYS / "cpu/nohz_full").exists() else "",
+        "numa_nodes": nodes,
+        "thread_siblings": siblings,
+        "cgroup_fs": _fstype(CGROUP),
+        "cgroup_controllers": read(CGROUP / "cgroup.controllers"),
+    }
+
+
+def _fstype(mount_point: Path) -> str:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        fields = line.split()
+        if fields[1] == str(mount_point):
+            return fields[2]
+    return ""
+
+
+def node_of(cpu_set: frozenset[int], facts: dict[str, Any]) -> tuple[int, ...]:
+    return tuple(sorted(n for n, text in facts["numa_nodes"].items() if cpu_set & cpus(text)))
+
+
+# -- the product, running ------------------------------------------------------------
+
+
+class Node:
+    """The daemon (``cmk device-plugin``) serving the real /sys to an in-process kubelet stand-in."""
+
+    def __init__(self, shape: shapes.Shape, work: Path, facts: dict[str, Any], install_dir: Path) -> None:
+        self.shape = shape
+        self.work = work
+        self.facts = facts
+        self.plugin_dir = work / "kl"
+        self.install_dir = install_dir  # `cmk install` ran on the host: the guest's root is read-only
+        self.cdi_dir = work / "cdi"
+        self.log = work / "daemon.log"
+        self.kubelet: Kubelet | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.served: set[str] = set()
+        self.answers: dict[str, dict[str, Any]] = {}
+
+    def cmk(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "deviceplugin", *args]
+
+    def launch(self) -> None:
+        """Start the daemon first thing: a Python start costs seconds under TCG, so it overlaps with this
+        program's own imports (the daemon waits for ``kubelet.sock`` to appear)."""
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                self.cmk("device-plugin", "--kubelet-dir", str(self.plugin_dir), "--install-dir",
+                         str(self.install_dir), "--cdi-dir", str(self.cdi_dir), "--no-nfd", "--log-level", "INFO",
+                         *self.shape.pool_flags),
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    def connect(self) -> None:
+        """Serve ``kubelet.sock`` and wait until the daemon registered every pool its CDI spec names."""
+        from deviceplugin.standin import Kubelet
+
+        kubelet = self.kubelet = Kubelet(self.plugin_dir, seed=0)
+        kubelet.start()
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not list(self.cdi_dir.glob("*.json")) and time.monotonic() < deadline:
+            expect(self.process is not None and self.process.poll() is None,
+                   "the daemon exited:\n" + self.daemon_log()[-2000:])
+            time.sleep(0.2)
+        self.served = {RESOURCES[d["name"]] for spec in self.cdi_specs() for d in spec["devices"]}
+        kubelet.wait_for(lambda: self.served <= {r.resource for r in kubelet.registrations()}
+                         and all(kubelet.capacity().get(r, 0) > 0 for r in self.served),
+                         timeout=WAIT_SECONDS, what=f"the daemon registering {sorted(self.served)}")
+
+    def cdi_specs(self) -> list[dict[str, Any]]:
+        return [json.loads(p.read_text()) for p in sorted(self.cdi_dir.glob("*.json"))]
+
+    def planned(self, resource: str) -> bool:
+        """A pool the daemon serves on this shape (its CDI spec names one device per served pool)."""
+        return resource in self.served
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=60)
+        if self.kubelet is not None:
+            self.kubelet.stop()
+
+    def daemon_log(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def admit(node: Node, name: str, containers: dict[str, dict[str, int]]) -> Any:
+    from deviceplugin.standin import ContainerSpec, PodSpec
+
+    assert node.kubelet is not None
+    return node.kubelet.admit(PodSpec(name, containers=tuple(
+        ContainerSpec(c, limits=limits) for c, limits in containers.items())))
+
+
+# -- the checks ------------------------------------------------------------------
+
+
+def check_kernel(node: Node, plan: dict[str, Any]) -> str:
+    facts, shape = node.facts, node.shape
+    want_isolated = shape.isolated if shape.isolated is not None else plan["isolcpus"]
+    expect(cpus(facts["isolated"]) == cpus(want_isolated),
+           f"isolated CPUs {facts['isolated']!r}, the command line asked for {want_isolated!r}")
+    expect(len(facts["numa_nodes"]) == shape.numa_nodes,
+           f"NUMA nodes {facts['numa_nodes']}, expected {shape.numa_nodes}")
+    widths = {len(cpus(s)) for s in facts["thread_siblings"]}
+    expect(widths == {shape.threads_per_core},
+           f"thread siblings {facts['thread_siblings']}, expected {shape.threads_per_core} per core")
+    expect(facts["cgroup_fs"] == "cgroup2" and "cpuset" in facts["cgroup_controllers"].split(),
+           f"/sys/fs/cgroup is {facts['cgroup_fs']!r} with controllers {facts['cgroup_controllers']!r}")
+    return (f"isolated {facts['isolated'] or '-'}, nohz_full {facts['nohz_full'] or '-'}, NUMA {facts['numa_nodes']}, "
+            f"siblings {facts['thread_siblings']}, {facts['cgroup_fs']} [{facts['cgroup_controllers']}]")
+
+
+def check_devices(node: Node, plan: dict[str, Any]) -> str:
+    """Each exclusive device is one whole core whose TopologyInfo is the node sysfs puts it in."""
+    assert node.kubelet is not None
+    facts = node.facts
+    resource = RESOURCES["exclusive"]
+    devices = node.kubelet.devices(resource)
+    expect(bool(devices), f"no {resource} devices")
+    pod = admit(node, "per-device", {f"d{i}": {resource: 1} for i in range(len(devices))})
+    siblings = {cpus(s) for s in facts["thread_siblings"]}
+    seen = []
+    try:
+        for container in pod.containers:
+            (device,) = container.devices[resource]
+            core = cpus(container.answer.envs[ENV["exclusive"]])
+            expect(core in siblings, f"device {device.id} holds CPUs {show(core)}, not one core's threads "
+                                     f"({facts['thread_siblings']})")
+            expect(device.numa_nodes == node_of(core, facts),
+                   f"device {device.id} (CPUs {show(core)}) has TopologyInfo {device.numa_nodes}, sysfs puts it "
+                   f"in node {node_of(core, facts)}")
+            expect(device.health == "Healthy", f"device {device.id} is {device.health}")
+            seen.append(f"{device.id}={show(core)}@node{','.join(map(str, device.numa_nodes))}")
+        for pool in ("shared", "infra"):
+            res = RESOURCES[pool]
+            if node.planned(res):
+                nodes = {d.numa_nodes for d in node.kubelet.devices(res).values()}
+                expect(len(nodes) == 1, f"{res} slots carry different TopologyInfo {nodes}")
+                seen.append(f"{pool} slots@node{','.join(map(str, nodes.pop()))}")
+    finally:
+        node.kubelet.delete_pod("per-device")
+    return ", ".join(seen)
+
+
+def check_pools(node: Node, plan: dict[str, Any]) -> str:
+    """The pools' CPUs, as the Allocate answers name them, are the kernel's isolated and housekeeping CPUs."""
+    assert node.kubelet is not None
+    facts = node.facts
+    exclusive = len(node.kubelet.devices(RESOURCES["exclusive"]))
+    containers = {"exclusive": {RESOURCES["exclusive"]: exclusive}, "infra": {RESOURCES["infra"]: 1}}
+    if node.planned(RESOURCES["shared"]):
+        containers["shared"] = {RESOURCES["shared"]: 1}
+    pod = admit(node, "pools", containers)
+    try:
+        got = {c.name: cpus(c.answer.envs[ENV[c.name]]) for c in pod.containers}
+        node.answers = {c.name: {"envs": dict(c.answer.envs), "mounts": [(m.container_path, m.host_path, m.read_only)
+                                                                          for m in c.answer.mounts],
+                                 "cdi": list(c.answer.cdi_devices)} for c in pod.containers}
+    finally:
+        node.kubelet.delete_pod("pools")
+    online, isolated = cpus(facts["online"]), cpus(facts["isolated"])
+    shared = got.get("shared", frozenset())
+    expect(not (got["exclusive"] & shared) and not (got["infra"] & (got["exclusive"] | shared)),
+           f"pools overlap: {({k: show(v) for k, v in got.items()})}")
+    if isolated:
+        expect(got["exclusive"] | shared == isolated,
+               f"exclusive {show(got['exclusive'])} + shared {show(shared)} != isolated {show(isolated)}")
+        expect(got["infra"] == online - isolated,
+               f"infra {show(got['infra'])} != the non-isolated CPUs {show(online - isolated)}")
+    else:
+        cpu0_core = cpus(read(SYS / f"cpu/cpu{min(online)}/topology/thread_siblings_list"))
+        expect(got["exclusive"] | shared | got["infra"] == online,
+               f"pools {({k: show(v) for k, v in got.items()})} do not cover the online CPUs {show(online)}")
+        expect(cpu0_core <= got["infra"], f"infra {show(got['infra'])} lacks the first CPU's core {show(cpu0_core)}")
+    return ", ".join(f"{k} {show(v)}" for k, v in got.items()) + f" (isolated {show(isolated)})"
+
+
+def _health_is(kubelet: Kubelet, resource: str, device: str, health: str) -> bool:
+    return kubelet.devices(resource)[device].health == health
+
+
+def check_hotplug(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    """Offline a CPU of an exclusive core and online it again; the stand-in sees its device flip each time."""
+    assert node.kubelet is not None
+    kubelet, resource = node.kubelet, RESOURCES["exclusive"]
+    pod = admit(node, "hotplug", {"c": {resource: 1}})
+    (device,) = pod.container("c").devices[resource]
+    core = cpus(pod.container("c").answer.envs[ENV["exclusive"]])
+    kubelet.delete_pod("hotplug")
+    cpu = max(core)
+    online_file = SYS / f"cpu/cpu{cpu}/online"
+    latencies: dict[str, float] = {}
+    written: dict[str, float] = {}
+    for value, health in (("0", "Unhealthy"), ("1", "Healthy")):
+        start = time.monotonic()
+        written[health] = time.time()
+        online_file.write_text(value)
+        kubelet.wait_for(partial(_health_is, kubelet, resource, device.id, health), timeout=30,
+                         what=f"{device.id} {health} after cpu{cpu}/online={value}")
+        latencies[health] = round(time.monotonic() - start, 3)
+    time.sleep(0.2)  # let the log line land
+    log = node.daemon_log()
+    expect("watching kernel uevents" in log, "the daemon did not watch kernel uevents:\n" + log[-2000:])
+    for action in ("offline", "online"):
+        expect(f"kernel uevent: cpu{cpu} {action}" in log,
+               f"no 'kernel uevent: cpu{cpu} {action}' in the daemon's log:\n" + log[-2000:])
+    # Where the time goes: the daemon's log line for the uevent carries the time it was read.
+    uevent = {health: round(_logged_at(log, f"kernel uevent: cpu{cpu} {action}") - written[health], 3)
+              for health, action in (("Unhealthy", "offline"), ("Healthy", "online"))}
+    figures["hotplug_seconds"] = {"cpu": cpu, "device": device.id, "to_health": latencies,
+                                  "to_daemon_reading_the_uevent": uevent}
+    return (f"cpu{cpu} offline -> {device.id} Unhealthy at the stand-in in {latencies['Unhealthy']:.3f} s "
+            f"(uevent read by the daemon after {uevent['Unhealthy']:.3f} s), online -> Healthy in "
+            f"{latencies['Healthy']:.3f} s (uevent after {uevent['Healthy']:.3f} s)")
+
+
+def _logged_at(log: str, message: str) -> float:
+    """The ``time=`` of the daemon's first log line holding ``message``, as a UNIX time."""
+    from datetime import datetime
+
+    line = next(line for line in log.splitlines() if message in line)
+    stamp = line.split("time=", 1)[1].split()[0].strip('"')
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def _pinner(node: Node, argv: list[str]) -> str:
+    """Run a pinner on the exclusive pool with the exclusive Allocate answer's env; it must exec in place."""
+    envs = node.answers["exclusive"]["envs"]
+    want = cpus(envs[ENV["exclusive"]])
+    isolated = cpus(node.facts["isolated"])
+    script = 'echo "pid $$"; grep Cpus_allowed_list /proc/self/status'
+    process = subprocess.Popen([*argv, "--pool=exclusive", "sh", "--", "-c", script],
+                               env={"PATH": "/usr/bin:/bin", **envs}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=REPO)
+    out, err = process.communicate(timeout=WAIT_SECONDS)
+    expect(process.returncode == 0, f"exit {process.returncode}: {err.strip()}")
+    lines = dict(line.split(None, 1) for line in out.strip().splitlines())
+    expect(lines.get("pid") == str(process.pid), f"the command ran as pid {lines.get('pid')}, the pinner was "
+                                                 f"{process.pid}: it did not exec in place")
+    allowed = cpus(lines["Cpus_allowed_list:"])
+    expect(allowed == want, f"Cpus_allowed_list {show(allowed)}, the Allocate answer gave {show(want)}")
+    expect(not isolated or allowed <= isolated, f"pinned to {show(allowed)}, not within isolated {show(isolated)}")
+    return f"pid {process.pid} exec'd in place on CPUs {show(allowed)} (isolated {show(isolated)})"
+
+
+def check_static_pinner(node: Node, plan: dict[str, Any]) -> str:
+    return _pinner(node, [str(node.install_dir / "cmk"), "isolate"])
+
+
+def check_python_pinner(node: Node, plan: dict[str, Any]) -> str:
+    return _pinner(node, [sys.executable, "-I", "-S", str(REPO / "pinner" / "cmk_isolate.py")])
+
+
+def _rootfs(path: Path) -> None:
+    """A root holding Debian's static busybox and the applets the container's script uses."""
+    (path / "bin").mkdir(parents=True)
+    for d in ("proc", "sys", "dev", "tmp", "opt/bin"):
+        (path / d).mkdir(parents=True, exist_ok=True)
+    shutil.copy2("/bin/busybox", path / "bin/busybox")
+    for applet in ("sh", "grep", "cat", "taskset", "sleep", "echo"):
+        (path / "bin" / applet).symlink_to("busybox")
+
+
+def _hook(node: Node, runtime: str, figures: dict[str, Any]) -> str:
+    """A bundle carrying the daemon's CDI edits and the Allocate answer; runc/crun run it; the hook confines it."""
+    answer = node.answers["exclusive"]
+    want = cpus(answer["envs"][ENV["exclusive"]])
+    online = cpus(node.facts["online"])
+    name = f"cmk-node-{runtime}-{os.getpid()}"
+    bundle = node.work / name
+    _rootfs(bundle / "rootfs")
+    state = node.work / f"{runtime}-state"
+    subprocess.run([runtime, "spec"], cwd=bundle, check=True, capture_output=True)
+    config = json.loads((bundle / "config.json").read_text())
+    script = ("grep Cpus_allowed_list /proc/self/status; "
+              f"taskset -p -c {show(online)} $$ >/dev/null 2>&1; echo taskset $?; "
+              "grep Cpus_allowed_list /proc/self/status; echo ready; exec sleep 600")
+    config["process"].update(args=["sh", "-c", script], terminal=False)
+    config["process"]["env"] = ["PATH=/bin"]
+    config["root"] = {"path": "rootfs", "readonly": True}
+    config["linux"]["cgroupsPath"] = f"/{name}"
+    specs = node.cdi_specs()
+    config = oci.apply_answer(config, answer["envs"], answer["mounts"], [], {})
+    config = oci.apply_cdi(config, specs, answer["cdi"])
+    (bundle / "config.json").write_text(json.dumps(config, indent=1))
+    out, err = bundle / "stdout", bundle / "stderr"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen([runtime, "--root", str(state), "run", "--bundle", str(bundle), name],
+                                   stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+    try:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while "ready" not in out.read_text() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lines = out.read_text().splitlines()
+        expect("ready" in lines, f"{runtime} run (exit {process.poll()}): {' | '.join(lines)} "
+                                 f"{err.read_text().strip()}")
+        pid = json.loads(subprocess.run([runtime, "--root", str(state), "state", name], check=True,
+                                        capture_output=True, text=True).stdout)["pid"]
+        status = {k: v.strip() for k, _, v in (line.partition(":") for line in
+                                               Path(f"/proc/{pid}/status").read_text().splitlines())}
+        path = Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1]
+        effective = read(CGROUP / path.lstrip("/") / "cpuset.cpus.effective")
+    finally:
+        subprocess.run([runtime, "--root", str(state), "kill", name, "KILL"], check=False, capture_output=True)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        subprocess.run([runtime, "--root", str(state), "delete", "--force", name], check=False, capture_output=True)
+    inside_before = cpus(lines[0].split(":", 1)[1])
+    inside_after = cpus(lines[2].split(":", 1)[1])
+    allowed = cpus(status["Cpus_allowed_list"])
+    expect(allowed == want and inside_before == want,
+           f"Cpus_allowed_list {show(allowed)} (inside: {show(inside_before)}), Allocate gave {show(want)}")
+    expect(cpus(effective) == want, f"{path}/cpuset.cpus.effective is {effective}, Allocate gave {show(want)}")
+    expect(inside_after == want, f"taskset -c {show(online)} inside widened it to {show(inside_after)}")
+    return (f"{runtime}: pid {pid} in {path}: Cpus_allowed_list {show(allowed)}, cpuset.cpus.effective {effective}; "
+            f"after 'taskset -p -c {show(online)}' ({lines[1]}) still {show(inside_after)}")
+
+
+def check_hook_runc(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    return _hook(node, "runc", figures)
+
+
+def check_hook_crun(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    return _hook(node, "crun", figures)
+
+
+#: `cmk` commands whose JSON a check reads, started at boot so they overlap with the daemon's start.
+BACKGROUND = {
+    shapes.HOST_CONFIG: ("host-config", *shapes.HOST_CONFIG_FLAGS),
+    shapes.NO_REBOOT: ("host-config", *shapes.HOST_CONFIG_FLAGS),
+    shapes.DESCRIBE: ("describe", *shapes.POOL_FLAGS, "--pod-resources-socket", "/nonexistent/kubelet.sock"),
+}
+_started: dict[tuple[str, ...], subprocess.Popen[str]] = {}
+
+
+def start_cmk_json(args: tuple[str, ...]) -> None:
+    if args not in _started:
+        _started[args] = subprocess.Popen([sys.executable, "-m", "deviceplugin", *args, "--output", "json"],
+                                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _cmk_json(*args: str) -> dict[str, Any]:
+    start_cmk_json(args)
+    process = _started[args]
+    out, err = process.communicate(timeout=WAIT_SECONDS)
+    expect(process.returncode == 0, f"cmk {' '.join(args)}: exit {process.returncode}: {err.strip()}")
+    return json.loads(out)
+
+
+def check_host_config(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    """host-config for these pool flags plans the pools this node serves, and prints the line shape (c) boots."""
+    answer = _cmk_json(*BACKGROUND[shapes.HOST_CONFIG])
+    figures["host_config"] = answer
+    served = {k: show(cpus(v["envs"][ENV[k]])) for k, v in node.answers.items()}
+    planned = {k: show(cpus(v)) for k, v in answer["pools"].items() if v}
+    expect(planned == served, f"host-config planned {planned}, the daemon serves {served}")
+    return f"pools {planned}; kernel command line {' '.join(answer['kernel_cmdline'])}"
+
+
+def check_describe(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    described = _cmk_json(*BACKGROUND[shapes.DESCRIBE])
+    got = {p["pool"]: show(cpus(p["cpus"])) for p in described["plan"]["pools"] if p["cpus"]}
+    want = {k: show(cpus(v)) for k, v in plan["host_config"]["pools"].items() if v}
+    expect(described["plan"]["source"] == "isolcpus", f"describe plans from {described['plan']['source']}")
+    expect(got == want, f"describe reports {got}, host-config planned {want}")
+    return f"describe: pools {got} from {described['plan']['source']}"
+
+
+def check_no_reboot(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    answer = _cmk_json(*BACKGROUND[shapes.HOST_CONFIG])
+    expect(answer["reboot_needed"] is False, f"host-config still says reboot needed: {answer['notes']}")
+    expect(answer["kernel_cmdline"] == plan["host_config"]["kernel_cmdline"],
+           f"host-config now prints {answer['kernel_cmdline']}, before {plan['host_config']['kernel_cmdline']}")
+    return f"reboot_needed false; current isolcpus {answer['current_isolcpus']}; notes {answer['notes']}"
+
+
+CHECKS: dict[str, Callable[..., str]] = {
+    shapes.KERNEL: check_kernel,
+    shapes.DEVICES: check_devices,
+    shapes.POOLS: check_pools,
+    shapes.HOTPLUG: check_hotplug,
+    shapes.STATIC_PINNER: check_static_pinner,
+    shapes.PYTHON_PINNER: check_python_pinner,
+    shapes.HOOK_RUNC: check_hook_runc,
+    shapes.HOOK_CRUN: check_hook_crun,
+    shapes.HOST_CONFIG: check_host_config,
+    shapes.DESCRIBE: check_describe,
+    shapes.NO_REBOOT: check_no_reboot,
+}
+#: Checks that need the daemon serving.
+NEEDS_DAEMON = {shapes.DEVICES, shapes.POOLS, shapes.HOTPLUG, shapes.STATIC_PINNER, shapes.PYTHON_PINNER,
+                shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG}
+#: The order that lets later checks use earlier answers (pinners and hooks use the pools' answers).
+ORDER = [shapes.KERNEL, shapes.POOLS, shapes.DEVICES, shapes.HOST_CONFIG, shapes.STATIC_PINNER,
+         shapes.PYTHON_PINNER, shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOTPLUG, shapes.DESCRIBE, shapes.NO_REBOOT]
+
+
+def progress(message: str) -> None:
+    """One line on the VM's console (the host keeps it beside the result), so a hang shows where."""
+    print(f"[cmk-node {float(read('/proc/uptime').split()[0]):7.1f}] {message}", file=sys.stderr, flush=True)
+
+
+def run(plan: dict[str, Any]) -> dict[str, Any]:
+    shape = shapes.SHAPES[plan["shape"]]
+    started = time.monotonic()
+    facts = kernel_facts()
+    result: dict[str, Any] = {"shape": shape.name, "kernel": facts, "checks": {}, "figures": {},
+                              "uptime_at_start": float(read("/proc/uptime").split()[0])}
+    work = Path(tempfile.mkdtemp(prefix="cmk-node-", dir="/tmp"))
+    node = Node(shape, work, facts, Path(plan["install_dir"]))
+    checks = plan.get("checks", shape.checks)
+    try:
+        if NEEDS_DAEMON & set(checks):
+            t = time.monotonic()
+            progress("starting the daemon")
+            node.launch()
+        for name in checks:
+            if name in BACKGROUND:
+                start_cmk_json(BACKGROUND[name])
+        if NEEDS_DAEMON & set(checks):
+            node.connect()
+            result["figures"]["daemon_start_seconds"] = round(time.monotonic() - t, 2)
+        for name in sorted(checks, key=ORDER.index):
+            progress(name)
+            t = time.monotonic()
+            try:
+                function = CHECKS[name]
+                args = (node, plan, result["figures"]) if function.__code__.co_argcount == 3 else (node, plan)
+                result["checks"][name] = {"ok": True, "detail": function(*args)}
+            except CheckFailed as failed:
+                result["checks"][name] = {"ok": False, "detail": str(failed)}
+            except Exception:  # noqa: BLE001 - recorded for the host-side test to show
+                result["checks"][name] = {"ok": False, "detail": traceback.format_exc()}
+            result["checks"][name]["seconds"] = round(time.monotonic() - t, 2)
+    except Exception:  # noqa: BLE001
+        result["error"] = traceback.format_exc() + "\ndaemon log:\n" + (
+            node.daemon_log()[-3000:] if node.log.exists() else "(none)")
+    finally:
+        try:
+            node.stop()
+        except Exception:  # noqa: BLE001
+            result.setdefault("error", traceback.format_exc())
+    result["guest_seconds"] = round(time.monotonic() - started, 2)
+    progress(f"done in {result['guest_seconds']} s")
+    return result
+
+
+def main(argv: list[str]) -> int:
+    plan_path = Path(argv[0])
+    plan = json.loads(plan_path.read_text())
+    result = run(plan)
+    out = Path(plan["result"])
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.rename(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

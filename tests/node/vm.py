@@ -1,0 +1,143 @@
+"""Booting a real kernel for one machine shape and bringing back what the guest program found.
+
+Debian's ``linux-image-amd64`` under ``qemu-system-x86`` (TCG: no KVM here),
+through virtme-ng (``vng``), which shares the host's root file system
+read-only over 9p, so the guest runs this very checkout and its venv. One
+directory is shared read-write: the guest program writes its JSON there.
+
+A VM that cannot boot, or a guest that writes no result, raises
+:class:`BootError` with the tail of the VM's console: the tests fail, never skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.node.shapes import Shape
+
+REPO = Path(__file__).resolve().parents[2]
+#: A hang is bounded by this; a boot plus every check takes about a minute on a busy 2-CPU machine.
+BOOT_TIMEOUT_SECONDS = 400
+#: TCG reports an AMD CPU that cannot have SMT; an Intel vendor string makes the guest read qemu's
+#: threads-per-core from CPUID leaf 0xB, so thread_siblings come out in pairs.
+QEMU_CPU = "max,vendor=GenuineIntel"
+#: Harness-only boot options, never the command line under test: no speculation mitigations (each
+#: page-table switch costs dearly under TCG), and none of the emulated machine's drivers (kvm, ahci,
+#: crypto, watchdog ...) that udev would otherwise spend half the boot loading.
+_UNNEEDED_MODULES = (
+    "intel_powerclamp", "ccp", "kvm", "kvm_intel", "kvm_amd", "irqbypass", "crct10dif_pclmul",
+    "crc32_pclmul", "crc32c_intel", "ghash_clmulni_intel", "sha512_ssse3", "sha256_ssse3", "sha1_ssse3",
+    "aesni_intel", "sr_mod", "cdrom", "sg", "ahci", "libahci", "libata", "scsi_mod", "iTCO_wdt",
+    "intel_pmc_bxt", "i6300esb", "i2c_i801", "lpc_ich", "evdev", "psmouse", "pcspkr", "serio_raw",
+    "button", "qemu_fw_cfg",
+)
+HARNESS_CMDLINE = f"mitigations=off modprobe.blacklist={','.join(_UNNEEDED_MODULES)}"
+
+
+class BootError(RuntimeError):
+    """The VM did not boot, or its guest program wrote no result."""
+
+
+def _version_key(release: str) -> tuple[tuple[int, int | str], ...]:
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|[^\d.+~-]+", release))
+
+
+def find_kernel() -> Path:
+    """The newest ``/boot/vmlinuz-<release>`` that has its ``/lib/modules/<release>`` (vng loads 9p from there).
+
+    ``CMK_NODE_KERNEL`` names another. A fresh machine has no ``/boot/vmlinuz``
+    symlink, only the versioned file the package installed; that is what is looked for.
+    """
+    if os.environ.get("CMK_NODE_KERNEL"):
+        kernel = Path(os.environ["CMK_NODE_KERNEL"])
+        if not kernel.is_file():
+            raise BootError(f"CMK_NODE_KERNEL={kernel} is not a file")
+        return kernel
+    kernels = [p for p in Path("/boot").glob("vmlinuz-*")
+               if p.is_file() and Path("/lib/modules", p.name.removeprefix("vmlinuz-")).is_dir()]
+    if not kernels:
+        raise BootError("no /boot/vmlinuz-<release> with its /lib/modules/<release>: install linux-image-amd64 "
+                        "(.ci/install-system-packages does), or name a kernel with CMK_NODE_KERNEL")
+    return max(kernels, key=lambda p: _version_key(p.name.removeprefix("vmlinuz-")))
+
+
+def find_vng() -> str:
+    """virtme-ng's ``vng``, from the test extra: next to this interpreter, else on the PATH."""
+    beside = Path(sys.executable).parent / "vng"
+    found = str(beside) if beside.is_file() else shutil.which("vng")
+    if not found:
+        raise BootError("no vng: pip install -e '.[test]' installs virtme-ng")
+    if not shutil.which("qemu-system-x86_64"):
+        raise BootError("no qemu-system-x86_64: apt-get install qemu-system-x86 (.ci/install-system-packages)")
+    return found
+
+
+def vng_command(vng: str, kernel: Path, shape: Shape, cmdline: str, share: Path, plan: Path) -> list[str]:
+    """The vng command line booting ``shape`` with ``cmdline`` and running the guest program on ``plan``."""
+    memory = sum(int(size.rstrip("G")) for size, _ in shape.numa)
+    command = [vng, "--run", str(kernel), "--disable-kvm", "--force-9p", "--cpus", shape.smp,
+               "--memory", f"{memory}G", f"--qemu-opts=-cpu {QEMU_CPU}", f"--rwdir={share}"]
+    for size, cpus in shape.numa:
+        command += ["--numa", f"{size},cpus={cpus}"]
+    guest = f"cd {shlex.quote(str(REPO))} && PYTHONPATH={shlex.quote(str(REPO))} " \
+            f"{shlex.quote(sys.executable)} -m tests.node.guest {shlex.quote(str(plan))}"
+    return [*command, "--append", f"{cmdline} {HARNESS_CMDLINE}".strip(), "--exec", guest]
+
+
+def install_pinner(share: Path) -> Path:
+    """``cmk install`` into the shared directory, once: the daemon's CDI hook and the pinner run from there."""
+    install_dir = share / "opt-bin"
+    if not (install_dir / "cmk").is_file():
+        subprocess.run([sys.executable, "-m", "deviceplugin", "install", "--install-dir", str(install_dir)],
+                       cwd=REPO, check=True, capture_output=True)
+    return install_dir
+
+
+@dataclass(frozen=True)
+class Boot:
+    shape: Shape
+    cmdline: str
+    result: dict[str, Any]
+    wall_seconds: float
+    console: Path
+
+
+def boot(shape: Shape, cmdline: str, share: Path, extra_plan: dict[str, Any] | None = None) -> Boot:
+    """Boot ``shape`` with the kernel command line ``cmdline``, run every check of it, return the result."""
+    share.mkdir(parents=True, exist_ok=True)
+    result_path = share / f"{shape.name}.json"
+    plan_path = share / f"{shape.name}.plan.json"
+    plan_path.write_text(json.dumps({"shape": shape.name, "result": str(result_path),
+                                     "install_dir": str(install_pinner(share)), **(extra_plan or {})}))
+    console = share / f"{shape.name}.console.log"
+    command = vng_command(find_vng(), find_kernel(), shape, cmdline, share, plan_path)
+    started = time.monotonic()
+    with console.open("wb") as log:
+        # Its own process group: on a timeout, qemu (vng's child) goes too.
+        process = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            status = f"exit status {process.wait(timeout=BOOT_TIMEOUT_SECONDS)}"
+        except subprocess.TimeoutExpired:
+            status = f"killed after {BOOT_TIMEOUT_SECONDS} s"
+        finally:
+            if process.returncode is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    wall = time.monotonic() - started
+    if not result_path.is_file():
+        tail = console.read_text(errors="replace")[-4000:]
+        raise BootError(f"VM {shape.name} ({status}, {wall:.0f} s) wrote no result; "
+                        f"command: {shlex.join(command)}\nconsole tail:\n{tail}")
+    return Boot(shape, cmdline, json.loads(result_path.read_text()), wall, console)

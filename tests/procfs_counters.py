@@ -1,0 +1,68 @@
+"""Procfs counter files with values a test chose, laid out as the kernel writes them (kernel 6.x columns)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Known:
+    """One CPU's counters: ticks in /proc/stat, one device IRQ line, the local timer, one softirq type."""
+
+    user: int = 0
+    system: int = 0
+    idle: int = 0
+    iowait: int = 0
+    steal: int = 0
+    guest: int = 0  # already inside user, as the kernel counts it
+    device_irqs: int = 0
+    timer_irqs: int = 0
+    net_rx: int = 0
+
+
+def _row(name: str, values: list[int], tail: str = "") -> str:
+    return f"{name:>4}:" + "".join(f" {v:>10}" for v in values) + (f"   {tail}" if tail else "")
+
+
+#: The softirq types of kernel 6.x, in its order; a real file has them all.
+SOFTIRQ_TYPES = ("HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU")
+#: x86's named per-CPU interrupt lines (kernel 6.x), for files as long as a real node's.
+LOCAL_LINES = ("NMI", "SPU", "PMI", "IWI", "RTR", "CAL", "TLB", "TRM", "THR", "DFR", "MCE", "MCP", "HYP", "PIN", "NPI",
+               "PIW")
+
+
+def write_counters(procfs: Path, cpus: Mapping[int, Known], *, idle_irq_lines: int = 0,
+                   real_shape: bool = False) -> None:
+    """Write stat, interrupts and softirqs for ``cpus`` (online ones; a gap in the numbers is an offline CPU).
+
+    ``idle_irq_lines`` adds numbered IRQ lines counting 0 and ``real_shape``
+    every named line and softirq type a kernel writes, so a benchmark reads
+    files the size of a real node's; neither changes a count.
+    """
+    procfs.mkdir(parents=True, exist_ok=True)
+    order = sorted(cpus)
+    rows = {cpu: [k.user, 0, k.system, k.idle, k.iowait, 0, 0, k.steal, k.guest, 0] for cpu, k in cpus.items()}
+    total = [sum(rows[c][i] for c in order) for i in range(10)]
+    stat = ["cpu  " + " ".join(map(str, total))] + [f"cpu{c} " + " ".join(map(str, rows[c])) for c in order]
+    stat += ["intr 12345 0 0", "ctxt 999", "btime 1700000000", "processes 42", "procs_running 1",
+             "procs_blocked 0", "softirq 0 0 0"]
+    (procfs / "stat").write_text("\n".join(stat) + "\n")
+    header = " " * 11 + "".join(f"CPU{c:<11}" for c in order)
+    interrupts = [header,
+                  _row("24", [cpus[c].device_irqs for c in order], "IO-APIC   5-edge      eth0"),
+                  _row("LOC", [cpus[c].timer_irqs for c in order], "Local timer interrupts"),
+                  _row("RES", [0 for _ in order], "Rescheduling interrupts")]
+    interrupts[2:2] = [_row(str(100 + n), [0 for _ in order], f"IR-PCI-MSIX-0000:3b:00.0   {n}-edge      ice-q")
+                       for n in range(idle_irq_lines)]
+    interrupts += [_row(name, [0 for _ in order]) for name in LOCAL_LINES if real_shape]
+    interrupts += ["ERR:          7", "MIS:          0"]
+    (procfs / "interrupts").write_text("\n".join(interrupts) + "\n")
+    softirqs = [" " * 20 + "".join(f"CPU{c:<8}" for c in order),
+                *(_row(f"{name:>8}", [0 for _ in order]) for name in SOFTIRQ_TYPES[:3] if real_shape),
+                _row("  NET_RX", [cpus[c].net_rx for c in order]),
+                *(_row(f"{name:>8}", [0 for _ in order]) for name in SOFTIRQ_TYPES[4:] if real_shape)]
+    if not real_shape:
+        softirqs.insert(1, _row("      HI", [0 for _ in order]))
+    (procfs / "softirqs").write_text("\n".join(softirqs) + "\n")
