@@ -35,7 +35,7 @@ def parse_count(text: str, *, least: int, most: int) -> int:
     negative = body.startswith("-") and len(body) > 1
     if negative:
         body = body[1:]
-    if not body or not set(body) <= _DIGITS:
+    if not body or not set(body) <= _DIGITS or (negative and body == "0"):
         raise ValueError(f"expected a whole number, got {text[:40]!r} (ASCII digits, {least} to {most})")
     if len(body) > 1 and body[0] == "0":
         raise ValueError(f"expected a whole number, got {text[:40]!r} (no leading zero: YAML 1.1 and C read 010 as 8)")
