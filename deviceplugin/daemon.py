@@ -42,7 +42,13 @@ from deviceplugin.host.install import DEFAULT_INSTALL_DIR
 from deviceplugin.host.sysfs import discover
 from deviceplugin.host.watchers import PluginDirWatcher, cpu_watcher
 from deviceplugin.kubelet.registration import Registrar, Registration, socket_identity
-from deviceplugin.kubelet.server import PoolServer, Preference, options_message
+from deviceplugin.kubelet.server import (
+    PoolServer,
+    Preference,
+    list_message_problem,
+    options_message,
+    socket_path_problem,
+)
 from deviceplugin.model.devices import DeviceTree, device_tree, health_changes
 from deviceplugin.model.plan import PlanOptions, PoolPlan, plan_pools
 from pinner.cpulist import format_cpu_list
@@ -85,9 +91,11 @@ def socket_name(resource: str) -> str:
     return f"cmk-{resource.rpartition('/')[2]}.sock"
 
 
-def _check_tree(tree: DeviceTree) -> None:
+def _check_tree(tree: DeviceTree, kubelet_dir: Path) -> None:
+    """Every name, ID, socket path and ListAndWatch message fits the protocol, before anything is served."""
     for resource, devices in tree.items():
         problems = [validate_resource_name(resource)] + [validate_device_id(i) for i in devices.devices]
+        problems += [socket_path_problem(kubelet_dir / socket_name(resource)), list_message_problem(devices)]
         problem = next((p for p in problems if p), None)
         if problem:
             raise CmkError(problem)
@@ -108,7 +116,7 @@ class Daemon:
         self.topology = topology = discover(settings.sysfs_root, settings.procfs_root)
         self.plan: PoolPlan = plan_pools(topology, settings.plan)
         self.tree: DeviceTree = device_tree(self.plan, topology.online)
-        _check_tree(self.tree)
+        _check_tree(self.tree, settings.kubelet_dir)
         self.kubelet_socket = settings.kubelet_dir / KUBELET_SOCKET_NAME
         self._servers: dict[str, PoolServer] = {}
         self._registrar: Registrar | None = None

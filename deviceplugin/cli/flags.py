@@ -16,55 +16,69 @@ from typing import Any
 
 from api.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
-from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.install import DEFAULT_INSTALL_DIR, install_dir_problem
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
+from deviceplugin.model.limits import (
+    MAX_CPUS,
+    MAX_SLOTS,
+    CpuListError,
+    checked_cpu_list,
+    parse_count,
+)
 from deviceplugin.model.plan import DEFAULT_SLOTS, Mode, PlanOptions
 from deviceplugin.observe.logs import FORMATS
-from pinner.cpulist import CpuListError, parse_cpu_list
 
 # --- command-line converters (argparse ``type``): text in, value or ArgumentTypeError out ---
 
 
-def _whole_at_least(text: str, least: int) -> int:
+def _whole(text: str, least: int, most: int) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
-    return value
+        return parse_count(text, least=least, most=most)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def count(text: str) -> int:
-    """A whole number, 0 or more."""
-    return _whole_at_least(text, 0)
+    """Cores, 0 or more: no more than the kernel has CPUs."""
+    return _whole(text, 0, MAX_CPUS)
 
 
 def slots(text: str) -> int:
-    """A whole number, 1 or more."""
-    return _whole_at_least(text, 1)
+    """Slots, 1 or more: few enough that one ListAndWatch message stays well under the kubelet's 4 MiB."""
+    return _whole(text, 1, MAX_SLOTS)
 
 
 def cpu_set(text: str) -> frozenset[int]:
     """A cpu list in the kernel's syntax."""
     try:
-        return parse_cpu_list(text)
+        return checked_cpu_list(text)
     except CpuListError as err:
         raise argparse.ArgumentTypeError(f"{err} (expected e.g. 4-5,12-13)") from None
 
 
-def host_dir(text: str) -> str:
-    """An absolute host directory: Allocate answers and CDI specs hand it to the container runtime."""
+def absolute_dir(text: str) -> str:
+    """An absolute host directory that is not mounted into containers (e.g. a hooks.d directory)."""
+    if not text.isprintable():
+        raise argparse.ArgumentTypeError(f"must not hold control characters (newline, NUL...), got {text[:80]!r}")
     if not text.startswith("/"):
         raise argparse.ArgumentTypeError(f"must be an absolute host path, got {text!r}")
     return text
+
+
+def host_dir(text: str) -> str:
+    """The install directory: Allocate answers and CDI specs mount it into every container."""
+    try:
+        return install_dir_problem(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def parse_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[v6]:PORT`` -> (host, port); ValueError saying what is expected."""
     host, sep, port = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not host.isprintable() or not port.isascii() or not port.isdigit() \
+            or len(port) > 5 or int(port) > 65535:
         raise ValueError(f"expected HOST:PORT (e.g. 0.0.0.0:9464 or 127.0.0.1:0), got {text!r}")
     return host, int(port)
 
@@ -94,6 +108,8 @@ def whole(check: Callable[[str], int]) -> Callable[[object], int]:
 def text_value(value: object) -> str:
     if not isinstance(value, str) or not value:
         raise TypeError("expected a non-empty string")
+    if not value.isprintable():
+        raise ValueError(f"must not hold control characters (newline, NUL...), got {value[:80]!r}")
     return value
 
 

@@ -13,7 +13,14 @@ import argparse
 from pathlib import Path
 
 from deviceplugin.cli.configfile import apply_config, defer_defaults, load_config
-from deviceplugin.cli.flags import INSTALL, PLAN, ROOTS, add_flags, plan_options
+from deviceplugin.cli.flags import (
+    INSTALL,
+    PLAN,
+    ROOTS,
+    add_flags,
+    host_dir,
+    plan_options,
+)
 from deviceplugin.errors import CmkError
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR, built_pinner, install_pinner
 
@@ -21,7 +28,7 @@ from deviceplugin.host.install import DEFAULT_INSTALL_DIR, built_pinner, install
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--install-dir",
-        type=Path,
+        type=lambda text: Path(host_dir(text)),
         default=DEFAULT_INSTALL_DIR,
         metavar="DIR",
         help=f"host directory to install the self-contained pinner into (default: {DEFAULT_INSTALL_DIR})",

@@ -34,10 +34,18 @@ def test_install_is_idempotent_and_leaves_no_temp_files(native_cmk: Path, tmp_pa
     assert (tmp_path / "cmk").read_bytes() == native_cmk.read_bytes()
 
 
-def test_install_into_an_impossible_directory_is_one_line(native_cmk: Path) -> None:
-    result = cmk("install", "--install-dir", "/etc/passwd/bin")
+def test_install_into_an_impossible_directory_is_one_line(native_cmk: Path, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    target = tmp_path / "file" / "bin"
+    result = cmk("install", "--install-dir", str(target))
     assert result.returncode == 1
-    assert result.stderr == "cmk install: error: cannot create the install directory /etc/passwd/bin: Not a directory\n"
+    assert result.stderr == f"cmk install: error: cannot create the install directory {target}: Not a directory\n"
+
+
+def test_install_into_a_system_directory_is_refused_before_anything_is_written(native_cmk: Path) -> None:
+    result = cmk("install", "--install-dir", "/etc/passwd/bin")
+    assert result.returncode == 2
+    assert "must not be a system directory" in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_install_without_a_built_pinner_says_how_to_build_it(tmp_path: Path) -> None:

@@ -305,3 +305,22 @@ def test_guaranteed_example_requests_the_cpu_of_its_cores() -> None:
     assert cores == 2
     assert int(resources["limits"]["cpu"]) == 2 * cores  # both threads of each SMT core
     assert _pinner_pool(container) == str(Pool.EXCLUSIVE)
+
+
+@pytest.mark.parametrize("kustomization", ["base", "overlays/node-group-large"])
+def test_only_prometheus_reaches_the_metrics_port(kustomization: str) -> None:
+    daemons = objects("DaemonSet", kustomization)
+    policies = objects("NetworkPolicy", kustomization)
+    assert len(policies) == 1
+    policy = policies[0]["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    selected = policy["podSelector"]["matchLabels"].items()
+    for daemon in daemons:  # every daemon pod is selected, so all its other ingress is denied
+        assert selected <= daemon["spec"]["template"]["metadata"]["labels"].items()
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    (source,) = rule["from"]
+    assert source["namespaceSelector"]["matchLabels"] and source["podSelector"]["matchLabels"]
+    ports = {port["name"] for daemon in daemons for c in daemon["spec"]["template"]["spec"]["containers"]
+             for port in c.get("ports", [])}
+    assert ports == {"metrics"}
