@@ -36,7 +36,13 @@ from deviceplugin.host.nodelock import NodeLock
 from deviceplugin.host.sysfs import discover
 from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
 from deviceplugin.kubelet.registration import Registrar, Registration, socket_identity
-from deviceplugin.kubelet.server import PoolServer, Preference, options_message
+from deviceplugin.kubelet.server import (
+    PoolServer,
+    Preference,
+    list_message_problem,
+    options_message,
+    socket_path_problem,
+)
 from deviceplugin.model.devices import (
     DeviceTree,
     core_device_ids,
@@ -92,6 +98,10 @@ class DaemonSettings:
     held_recheck: float = 10.0
     #: Why the config was refused, when ``plan`` is the last good one instead (health says NOT_SERVING).
     config_problem: str | None = None
+    #: Mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota of containers holding only them.
+    unthrottle_exclusive: bool = True
+    #: Where the node-wide hook's infra record lives (the install dir); None: not written (the CLI defaults to on).
+    infra_record_dir: Path | None = None
 
 
 def socket_name(resource: str) -> str:
@@ -99,9 +109,11 @@ def socket_name(resource: str) -> str:
     return f"cmk-{resource.rpartition('/')[2]}.sock"
 
 
-def _check_tree(tree: DeviceTree) -> None:
+def _check_tree(tree: DeviceTree, kubelet_dir: Path) -> None:
+    """Every name, ID, socket path and ListAndWatch message fits the protocol, before anything is served."""
     for resource, devices in tree.items():
         problems = [validate_resource_name(resource)] + [validate_device_id(i) for i in devices.devices]
+        problems += [socket_path_problem(kubelet_dir / socket_name(resource)), list_message_problem(devices)]
         problem = next((p for p in problems if p), None)
         if problem:
             raise CmkError(problem)
@@ -122,7 +134,7 @@ class Daemon:
         self.topology = topology = discover(settings.sysfs_root, settings.procfs_root)
         self.plan: PoolPlan = plan_pools(topology, settings.plan)
         self.tree: DeviceTree = device_tree(self.plan, topology.online)
-        _check_tree(self.tree)
+        _check_tree(self.tree, settings.kubelet_dir)
         self.kubelet_socket = settings.kubelet_dir / KUBELET_SOCKET_NAME
         self._servers: dict[str, PoolServer] = {}
         self._registrar: Registrar | None = None
@@ -152,6 +164,7 @@ class Daemon:
         for note in self.plan.notes:
             log.info("plan: %s", note)
         self._write_cdi_spec()  # before serving: an Allocate answer may name its devices at once
+        self._write_infra_record()
         self._serve()
         self._start_watcher(self._plugin_dir_watcher())
         self._start_watcher(cpu_watcher(self.settings.sysfs_root, lambda: self._events.put(Wake.CPUS)))
@@ -220,11 +233,34 @@ class Daemon:
         if self.settings.cdi_dir is None:
             return
         cores = {name: core.cpus for core, name in core_device_ids(self.plan.all_cores).items()}
-        spec = cdi.build_spec(cdi.spec_devices(self.tree, cores), cdi.hook_path(self.settings.install_dir))
+        exclusive = cdi.exclusive_devices(self.tree) if self.settings.unthrottle_exclusive else frozenset()
+        spec = cdi.build_spec(cdi.spec_devices(self.tree, cores), cdi.hook_path(self.settings.install_dir), exclusive)
         spec = cdi.kept_devices(cdi.read_spec(self.settings.cdi_dir), spec)
         path = cdi.write_spec(spec, self.settings.cdi_dir)
         log.info("CDI spec %s: %d devices (%s), hook %s (kept when the daemon stops)", path, len(spec["devices"]),
                  ", ".join(d["name"] for d in spec["devices"]), cdi.hook_path(self.settings.install_dir))
+
+    def _write_infra_record(self) -> None:
+        """The infra CPUs for the node-wide hook, rewritten only if the plan changed them; kept at exit.
+
+        ``cmk install`` (the DaemonSet's init container) wrote it from the same plan, so the daemon's
+        read-only mount of the install dir normally needs no write; if it cannot, the node-wide hook
+        keeps the older record, which the warning names.
+        """
+        if self.settings.infra_record_dir is None:
+            return
+        from deviceplugin.host import nodewide
+        from deviceplugin.model.plan import Pool
+
+        infra = self.plan.cpus(Pool.INFRA)
+        path = nodewide.record_path(self.settings.infra_record_dir)
+        try:
+            written = nodewide.write_record(self.settings.infra_record_dir, infra)
+        except OSError as err:
+            log.warning("cannot write the node-wide hook's infra record %s: %s: containers holding no pool "
+                        "keep the CPUs of the record as it is (run cmk install with this plan)", path, err.strerror)
+            return
+        log.info("infra record %s: %s (%s)", path, format_cpu_list(infra), "written" if written else "unchanged")
 
     # --- serving --------------------------------------------------------------------------
 

@@ -113,6 +113,9 @@ def _hook_lines() -> list[str]:
         f"#define HOOK_DEFAULT_PROC_ROOT {c_string(hook.DEFAULT_PROC_ROOT)}",
         f"#define HOOK_CPUS_OPTION {c_string(hook.CPUS_OPTION)}",
         f"#define HOOK_NO_CPUS_HINT {c_string(hook.NO_CPUS_HINT)}",
+        f"#define HOOK_EXCLUSIVE_OPTION {c_string(hook.EXCLUSIVE_OPTION)}",
+        f"#define HOOK_NODE_WIDE_OPTION {c_string(hook.NODE_WIDE_OPTION)}",
+        f"#define HOOK_RECORD_HINT {c_string(hook.RECORD_HINT)}",
         "",
         f"static const char HOOK_HELP[] =\n    {c_string(contract.HOOK_HELP)};",
     ]

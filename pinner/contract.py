@@ -110,13 +110,15 @@ class HookExit:
     USAGE = 2  # unknown option or argument
     STATE = 3  # the OCI state on stdin is unreadable, not JSON, or lacks pid/bundle
     CONFIG = 4  # the container's config.json is unreadable, not JSON, or malformed
-    NO_CPUS = 5  # no trusted CPUs: no --cpus, or config.json's hooks.createRuntime lacks this hook's entry
+    NO_CPUS = 5  # no trusted CPUs: no --cpus (nor --node-wide), or config.json's hooks.createRuntime lacks this hook's entry
     MALFORMED = 6  # a --cpus value (this hook's or another cmk hook entry's) is not a cpu list, or bad option
     GONE = 7  # the container's process is gone
     NO_CGROUP = 8  # no cpuset cgroup: not in /proc/PID/cgroup, not mounted, missing, or not enabled
     OUTSIDE = 9  # some CPUs are outside the parent cgroup's effective CPUs
     CGROUP_WRITE = 10  # the cgroup's cpuset.cpus could not be read or written
     AFFINITY = 11  # the kernel refused the affinity
+    QUOTA = 12  # the CFS quota of an exclusive container could not be removed
+    RECORD = 13  # the node's infra record is unreadable or not a cpu list
 
 
 def exit_table(statuses: type) -> dict[str, int]:
@@ -162,7 +164,8 @@ exit statuses (COMMAND's own once it runs):
 """
 
 HOOK_HELP = """\
-usage: cmk hook --cpus=LIST [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE
+usage: cmk hook --cpus=LIST [--exclusive] [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE
+       cmk hook --node-wide=RECORD [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE
 
 An OCI createRuntime hook, added by the cmk.intel.com/cpus CDI devices the
 device plugin writes (one per core or slot pool, each with its CPUs in
@@ -170,12 +173,19 @@ device plugin writes (one per core or slot pool, each with its CPUs in
 config.json from the bundle, takes the union of the --cpus of every
 'cmk hook' entry in config.json's hooks.createRuntime (this one's included),
 writes them to the container's cpuset cgroup (v1 or v2) and sets the
-affinity of its init process. The container's env is never read. Any
-failure is one line on stderr and a non-zero status, so the runtime refuses
-to start the container.
+affinity of its init process. If every such entry is --exclusive, it also
+removes the CFS quota of the container's cpu cgroup. The container's env is
+never read. Any failure is one line on stderr and a non-zero status, so the
+runtime refuses to start the container.
+
+--node-wide runs for every container (hooks.d, or a base runtime spec): a
+container with cmk hook entries gets their union as above; one without is
+confined to the infra CPUs in RECORD. No RECORD yet: it starts as created.
 
 options:
   --cpus=LIST         the CPUs of the CDI device that added this hook
+  --exclusive         that device is a whole exclusive core
+  --node-wide=RECORD  the node-wide hook; RECORD holds the infra CPUs
   --proc-root=DIR     procfs to read /proc/PID/cgroup, /proc/PID/task and
                       /proc/self/mountinfo from (default: /proc)
   --cgroup-root=DIR   where the cpuset hierarchy (v1) or the unified one (v2)
@@ -189,4 +199,5 @@ exit statuses:
     7  the container's process is gone
     8  no cpuset cgroup found  9  CPUs outside the parent cgroup's
    10  cpuset.cpus not writable  11  affinity refused
+   12  CFS quota not removable   13  bad infra RECORD
 """

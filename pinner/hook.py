@@ -6,6 +6,12 @@ Why it works this way: ``docs/hook.md``.
 #: The command line the CDI spec gives the runtime (argv[0] first, as OCI hooks take it), before ``--cpus``.
 ARGS = ("cmk", "hook")
 CPUS_OPTION = "--cpus"
+#: Marks a CDI device of a whole exclusive core: a container whose entries all carry it loses its CFS quota.
+EXCLUSIVE_OPTION = "--exclusive"
+#: The node-wide hook's option, naming the infra record.
+NODE_WIDE_OPTION = "--node-wide"
+#: The infra record's file name, next to the installed binary.
+RECORD_NAME = "cmk-infra-cpus"
 
 #: The largest state, config.json or procfs file read; real ones are a few KiB.
 MAX_JSON_BYTES = 16 * 1024 * 1024
@@ -19,6 +25,17 @@ NO_CPUS_HINT = (
 )
 
 
-def command_line(cpus: str) -> list[str]:
-    """The hook's argv in a CDI device's edits: ``cmk hook --cpus=1,9``."""
-    return [*ARGS, f"{CPUS_OPTION}={cpus}"]
+RECORD_HINT = (
+    "the device plugin and 'cmk install' write it atomically as one cpu list; run 'cmk install' with the "
+    "daemon's plan flags again, or delete the file to let containers start unconfined until the daemon writes it"
+)
+
+
+def command_line(cpus: str, *, exclusive: bool = False) -> list[str]:
+    """The hook's argv in a CDI device's edits: ``cmk hook --cpus=1,9`` (``--exclusive`` for a whole exclusive core)."""
+    return [*ARGS, f"{CPUS_OPTION}={cpus}", *([EXCLUSIVE_OPTION] if exclusive else [])]
+
+
+def node_wide_command_line(record: str) -> list[str]:
+    """The node-wide hook's argv in a hooks.d file or a base runtime spec: ``cmk hook --node-wide=RECORD``."""
+    return [*ARGS, f"{NODE_WIDE_OPTION}={record}"]

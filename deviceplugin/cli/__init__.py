@@ -19,6 +19,11 @@ def main(argv: list[str] | None = None) -> int:
         return isolate_main(args[1:])
     if args and args[0] == "hook":
         return hook(args[1:])
+    import os
+
+    # gRPC's C core writes its own lines to stderr (e.g. "E1201 ... add_port.cc" for a socket path
+    # that is too long) before our one-line error; the errors it reports reach us as exceptions.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         from deviceplugin.cli.commands import run
 

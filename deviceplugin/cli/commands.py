@@ -12,7 +12,7 @@ import sys
 from typing import NoReturn
 
 from deviceplugin import __version__
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, one_line
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -31,7 +31,13 @@ class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line naming the fix, exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see '{self.prog} --help')\n")
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> object:
+        # argparse drops "--" from "--flag=--" and then passes [] on as the flag's value.
+        if action.nargs is None and action.option_strings and arg_strings in (["--"], []):
+            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, got '--'")
+        return super()._get_values(action, arg_strings)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +60,7 @@ def run(argv: list[str]) -> int:
     try:
         return importlib.import_module(args._module).run(args)
     except CmkError as err:
-        print(f"cmk {args.command}: error: {err}", file=sys.stderr)
+        print(f"cmk {args.command}: error: {one_line(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         return 130

@@ -49,20 +49,31 @@ def parse_config(data: object, source: str) -> dict[str, object]:
     return values
 
 
+#: A config file is a few dozen lines; anything far larger is not one (and is not read into memory).
+CONFIG_LIMIT = 64 * 1024
+
+
 def load_config(path: Path) -> dict[str, object]:
-    import yaml
+    """The checked values of config file ``path``, read through the bounded reader and the safe YAML loader."""
+    from deviceplugin.cli.safeyaml import YamlProblem, load_yaml
+    from deviceplugin.host.files import FileProblem, read_file, shown
 
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+        raw = read_file(path, CONFIG_LIMIT, what="config file ")
+    except FileProblem as err:
+        raise ConfigError(str(err)) from None
+    if raw is None:
+        raise ConfigError(f"cannot read config file {shown(path)}: No such file or directory")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}:{where} not valid YAML: {getattr(err, 'problem', err)}") from None
-    return parse_config(data, str(path))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{shown(path)}: not UTF-8 text (byte {raw[err.start]:#04x} at offset {err.start}); "
+                          "save it as UTF-8") from None
+    try:
+        data = load_yaml(text, shown(path))
+    except YamlProblem as err:
+        raise ConfigError(str(err)) from None
+    return parse_config(data, shown(path))
 
 
 def defer_defaults(parser: argparse.ArgumentParser, flags: Iterable[Flag]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 
 from deviceplugin.cli.flags import PLAN, ROOTS, add_flags, plan_options
+from deviceplugin.model.limits import parse_seconds
 
 
 class Terminated(Exception):
@@ -27,12 +28,9 @@ class Terminated(Exception):
 
 def _seconds(text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, e.g. 30, got {text!r}") from None
-    if not 0 <= value <= 86400:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 86400 seconds, got {text}")
-    return value
+        return parse_seconds(text, most=86400, zero=True)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -64,7 +64,9 @@ def _daemon(args: argparse.Namespace, events: Events) -> Daemon:
         settings = DaemonSettings(kubelet_dir=args.kubelet_dir, sysfs_root=args.sysfs_root,
                                   procfs_root=args.procfs_root, install_dir=str(args.install_dir),
                                   plan=plan, cdi_dir=args.cdi_dir if args.cdi else None,
-                                  pod_resources_socket=args.pod_resources_socket, config_problem=problem)
+                                  pod_resources_socket=args.pod_resources_socket, config_problem=problem,
+                                  unthrottle_exclusive=args.unthrottle_exclusive,
+                                  infra_record_dir=Path(args.install_dir) if args.infra_record else None)
         return Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
 
     try:

@@ -17,55 +17,69 @@ from typing import Any
 
 from api.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
-from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.install import DEFAULT_INSTALL_DIR, install_dir_problem
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
+from deviceplugin.model.limits import (
+    MAX_CPUS,
+    MAX_SLOTS,
+    CpuListError,
+    checked_cpu_list,
+    parse_count,
+)
 from deviceplugin.model.plan import DEFAULT_SLOTS, Mode, PlanOptions, SlotScope
 from deviceplugin.observe.logs import FORMATS
-from pinner.cpulist import CpuListError, parse_cpu_list
 
 # --- command-line converters (argparse ``type``): text in, value or ArgumentTypeError out ---
 
 
-def _whole_at_least(text: str, least: int) -> int:
+def _whole(text: str, least: int, most: int) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < least:
-        raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
-    return value
+        return parse_count(text, least=least, most=most)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def count(text: str) -> int:
-    """A whole number, 0 or more."""
-    return _whole_at_least(text, 0)
+    """Cores, 0 or more: no more than the kernel has CPUs."""
+    return _whole(text, 0, MAX_CPUS)
 
 
 def slots(text: str) -> int:
-    """A whole number, 1 or more."""
-    return _whole_at_least(text, 1)
+    """Slots, 1 or more: few enough that one ListAndWatch message stays well under the kubelet's 4 MiB."""
+    return _whole(text, 1, MAX_SLOTS)
 
 
 def cpu_set(text: str) -> frozenset[int]:
     """A cpu list in the kernel's syntax."""
     try:
-        return parse_cpu_list(text)
+        return checked_cpu_list(text)
     except CpuListError as err:
         raise argparse.ArgumentTypeError(f"{err} (expected e.g. 4-5,12-13)") from None
 
 
-def host_dir(text: str) -> str:
-    """An absolute host directory: Allocate answers and CDI specs hand it to the container runtime."""
+def absolute_dir(text: str) -> str:
+    """An absolute host directory that is not mounted into containers (e.g. a hooks.d directory)."""
+    if not text.isprintable():
+        raise argparse.ArgumentTypeError(f"must not hold control characters (newline, NUL...), got {text[:80]!r}")
     if not text.startswith("/"):
         raise argparse.ArgumentTypeError(f"must be an absolute host path, got {text!r}")
     return text
+
+
+def host_dir(text: str) -> str:
+    """The install directory: Allocate answers and CDI specs mount it into every container."""
+    try:
+        return install_dir_problem(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def parse_address(text: str) -> tuple[str, int]:
     """``HOST:PORT`` or ``[v6]:PORT`` -> (host, port); ValueError saying what is expected."""
     host, sep, port = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not host.isprintable() or not port.isascii() or not port.isdigit() \
+            or len(port) > 5 or int(port) > 65535:
         raise ValueError(f"expected HOST:PORT (e.g. 0.0.0.0:9464 or 127.0.0.1:0), got {text!r}")
     return host, int(port)
 
@@ -95,6 +109,8 @@ def whole(check: Callable[[str], int]) -> Callable[[object], int]:
 def text_value(value: object) -> str:
     if not isinstance(value, str) or not value:
         raise TypeError("expected a non-empty string")
+    if not value.isprintable():
+        raise ValueError(f"must not hold control characters (newline, NUL...), got {value[:80]!r}")
     return value
 
 
@@ -149,6 +165,8 @@ class Flag:
     choices: Sequence[Any] | None = None
     #: ``--name``/``--no-name``
     switch: bool = False
+    #: may be given more than once: a list (``default`` must then be None, meaning none given)
+    repeat: bool = False
 
     @property
     def dest(self) -> str:
@@ -158,6 +176,9 @@ class Flag:
         if self.switch:
             parser.add_argument(f"--{self.name}", action=argparse.BooleanOptionalAction, default=self.default,
                                 help=self.help)
+        elif self.repeat:
+            parser.add_argument(f"--{self.name}", type=self.parse, action="append", default=[],
+                                metavar=self.metavar, choices=self.choices, help=self.help)
         else:
             parser.add_argument(f"--{self.name}", type=self.parse, default=self.default, metavar=self.metavar,
                                 choices=self.choices, help=self.help)
@@ -243,6 +264,13 @@ DAEMON = FlagGroup("daemon", (
               "and affinity) even if it never runs cmk isolate. Needs kubelet 1.28+ "
               "(DevicePluginCDIDevices: beta and on in 1.29, GA in 1.31) and containerd 1.7+ "
               "with enable_cdi, or CRI-O 1.23+; older ones ignore it (default: on)"),
+    Flag(name="unthrottle-exclusive", switch=True, load=switch_value, default=True,
+         help="mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota "
+              "of a container that holds only such cores (never of one that also holds shared or "
+              "infra CPUs; the pod's cgroup keeps the kubelet's quota) (default: on)"),
+    Flag(name="infra-record", switch=True, load=switch_value, default=True,
+         help="keep the node-wide hook's infra record (the infra CPUs, in --install-dir) in step "
+              "with the plan: written only when its content differs (default: on)"),
     Flag(name="cdi-dir", parse=Path, load=path_value, default=DEFAULT_CDI_DIR, metavar="DIR",
          help="the runtime's CDI spec directory the spec is written into at start; it stays "
               "when the daemon stops (restarted containers still name its devices): README "
@@ -266,6 +294,15 @@ OBSERVE = FlagGroup("observability", (
          help=f"write Node Feature Discovery labels to DIR/cmk.intel.com (default: {DEFAULT_FEATURES_DIR})"),
     Flag(name="nfd", switch=True, load=switch_value, default=True,
          help="write the Node Feature Discovery feature file (default: on)"),
+))
+
+#: ``cmk install``'s own flags; it plans the infra record with ``ROOTS`` and ``PLAN`` too.
+INSTALL = FlagGroup(None, (
+    Flag(name="hooks-dir", parse=Path, repeat=True, metavar="DIR",
+         help="also write the node-wide hook's declaration into this OCI hooks.d directory "
+              "(podman, CRI-O's hooks_dir; repeatable)"),
+    Flag(name="config", parse=Path, metavar="FILE",
+         help="the daemon's YAML config file: its plan and root keys plan the infra record; " + CONFIG_HELP),
 ))
 
 #: ``cmk device-plugin``'s flags, in help order.

@@ -5,9 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 
-from deviceplugin.cli.flags import PLAN, ROOTS, add_flags, plan_options, slots
+from deviceplugin.cli.flags import (
+    PLAN,
+    ROOTS,
+    absolute_dir,
+    add_flags,
+    host_dir,
+    plan_options,
+    slots,
+)
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.hostsettings import (
+    DEFAULT_HOOKS_DIR,
     RUNTIMES,
     HostOptions,
     host_config,
@@ -28,7 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--reserved-cores", type=slots, default=1, metavar="N",
                        help="infra cores the kubelet reserves for the host (reservedSystemCPUs; default: 1)")
     group.add_argument("--runtime", dest="runtimes", action="append", choices=list(RUNTIMES),
-                       help="container runtime to write a drop-in for (repeatable; default: all)")
+                       help="container runtime to print the drop-in and the node-wide hook's configuration for "
+                            "(repeatable; default: all)")
+    group.add_argument("--install-dir", type=host_dir, default="/opt/bin", metavar="DIR",
+                       help="where cmk install put the hook and its infra record (default: /opt/bin)")
+    group.add_argument("--hooks-dir", type=absolute_dir, default=DEFAULT_HOOKS_DIR, metavar="DIR",
+                       help=f"the hooks.d directory given to cmk install --hooks-dir (default: {DEFAULT_HOOKS_DIR})")
     parser.add_argument("--output", "-o", choices=("text", "json"), default="text",
                         help="output format (default: text)")
 
@@ -40,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         irqaffinity=args.irqaffinity,
         reserved_cores=args.reserved_cores,
         runtimes=tuple(args.runtimes or RUNTIMES),
+        install_dir=args.install_dir,
+        hooks_dir=args.hooks_dir,
     )
     config = host_config(discover(args.sysfs_root, args.procfs_root), plan_options(args), host)
     if args.output == "json":

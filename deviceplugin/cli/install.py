@@ -1,24 +1,59 @@
-"""``cmk install``: put the self-contained pinner into the host's install directory (:mod:`deviceplugin.host.install`)."""
+"""``cmk install``: put the self-contained pinner into the host's install directory (:mod:`deviceplugin.host.install`).
+
+Beside it, the node-wide hook's files (:mod:`deviceplugin.host.nodewide`): the
+hooks.d declaration (also into ``--hooks-dir``, where podman and CRI-O read it)
+and the infra record, planned from the same flags or ``--config`` file as the
+daemon's, so every container of the node is confined from the daemon's own
+pod on (the DaemonSet runs this as its init container, before the daemon).
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from deviceplugin.cli.configfile import apply_config, defer_defaults, load_config
+from deviceplugin.cli.flags import (
+    INSTALL,
+    PLAN,
+    ROOTS,
+    add_flags,
+    host_dir,
+    plan_options,
+)
+from deviceplugin.errors import CmkError
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR, built_pinner, install_pinner
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--install-dir",
-        type=Path,
+        type=lambda text: Path(host_dir(text)),
         default=DEFAULT_INSTALL_DIR,
         metavar="DIR",
         help=f"host directory to install the self-contained pinner into (default: {DEFAULT_INSTALL_DIR})",
     )
+    defer_defaults(parser, add_flags(parser, INSTALL, ROOTS, PLAN))
 
 
 def run(args: argparse.Namespace) -> int:
-    target = install_pinner(built_pinner(), args.install_dir)
+    from deviceplugin.host import nodewide
+    from deviceplugin.host.cdi import hook_path
+    from deviceplugin.host.sysfs import discover
+    from deviceplugin.model.plan import Pool, plan_pools
+
+    apply_config(args, load_config(args.config) if args.config else {})
+    install_dir = Path(args.install_dir)
+    plan = plan_pools(discover(args.sysfs_root, args.procfs_root), plan_options(args))  # a bad plan: nothing written
+    target = install_pinner(built_pinner(), install_dir)
     print(f"installed {target}")
+    binary, record = hook_path(str(install_dir.absolute())), str(nodewide.record_path(install_dir.absolute()))
+    try:
+        written = nodewide.write_record(install_dir, plan.cpus(Pool.INFRA))
+        print(f"{'wrote' if written else 'kept'} the infra record {record} (CPUs "
+              f"{nodewide.record_text(plan.cpus(Pool.INFRA)).strip()})")
+        for directory in [install_dir, *args.hooks_dir]:
+            print(f"wrote the node-wide hook's declaration {nodewide.write_declaration(directory, binary, record)}")
+    except OSError as err:
+        raise CmkError(f"cannot write the node-wide hook's files: {err.filename}: {err.strerror}") from None
     return 0

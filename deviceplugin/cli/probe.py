@@ -12,25 +12,29 @@ from pathlib import Path
 
 from api.constants import DEVICE_PLUGIN_DIR
 from deviceplugin.errors import CmkError
+from deviceplugin.model.limits import parse_seconds
 from deviceplugin.model.plan import RESOURCE_NAMES
 
 
 def daemon_sockets(kubelet_dir: Path) -> list[Path]:
     """The sockets of the pools the daemon serves: the ones of its names that exist."""
     from deviceplugin.daemon import socket_name
+    from deviceplugin.host.files import check_directory
 
+    if not check_directory(kubelet_dir, what="--kubelet-dir"):
+        return []
     paths = (kubelet_dir / socket_name(resource) for resource in RESOURCE_NAMES.values())
-    return [path for path in paths if path.exists() or path.is_symlink()]
+    try:
+        return [path for path in paths if path.exists() or path.is_symlink()]
+    except OSError as err:
+        raise CmkError(f"cannot look into --kubelet-dir {kubelet_dir}: {err.strerror}") from None
 
 
 def _positive_seconds(text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
-    return value
+        return parse_seconds(text, most=3600, zero=False)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

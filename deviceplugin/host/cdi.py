@@ -6,16 +6,18 @@ Why it works this way: ``docs/cdi-spec.md``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from deviceplugin.errors import CmkError
 from deviceplugin.host.atomic import write_atomically
+from deviceplugin.host.files import FileProblem, read_file
 from deviceplugin.host.install import INSTALLED_NAME
 from deviceplugin.model.answers import CDI_KIND, cdi_device
 from deviceplugin.model.devices import DeviceTree
+from deviceplugin.model.plan import CORE_POOLS
 from pinner import hook
 from pinner.cpulist import format_cpu_list
 
@@ -76,17 +78,34 @@ def _confines(device: object) -> bool:
         for h in hooks)
 
 
+#: A spec of 8,192 cores is about 2 MiB; anything far larger was not written by a daemon.
+MAX_SPEC_BYTES = 16 * 1024 * 1024
+
+
 def read_spec(cdi_dir: Path) -> dict[str, Any] | None:
-    """The spec a daemon wrote before (None: none, or unreadable: the new one replaces it whole)."""
+    """The spec a daemon wrote before (None: none, or unreadable: the new one replaces it whole).
+
+    Read through the bounded reader: a FIFO or a huge file there must not hang or exhaust the daemon.
+    """
     try:
-        spec = json.loads((cdi_dir / SPEC_FILE_NAME).read_text())
-    except (OSError, ValueError):
+        data = read_file(cdi_dir / SPEC_FILE_NAME, MAX_SPEC_BYTES, what="CDI spec ")
+        spec = json.loads(data) if data is not None else None
+    except (FileProblem, ValueError):
         return None
     return spec if isinstance(spec, dict) else None
 
 
-def build_spec(devices: Mapping[str, frozenset[int]], hook_path: str) -> dict[str, Any]:
+def exclusive_devices(tree: DeviceTree) -> frozenset[str]:
+    """The CDI devices of whole exclusive cores (both core pools): nobody else runs on their CPUs."""
+    return frozenset(cdi_device(devices, device.id) for devices in tree.values() if devices.pool in CORE_POOLS
+                     for device in devices.devices.values())
+
+
+def build_spec(devices: Mapping[str, frozenset[int]], hook_path: str,
+               exclusive: Collection[str] = frozenset()) -> dict[str, Any]:
     """The spec naming ``devices`` (name -> CPUs), each of whose hooks runs the host's ``hook_path``.
+
+    The hooks of the devices named in ``exclusive`` carry ``--exclusive``.
 
     ``hook_path`` is the binary's path on the host (the install dir + ``/cmk``):
     the runtime runs the hook in its own namespaces, not the container's.
@@ -109,7 +128,7 @@ def build_spec(devices: Mapping[str, frozenset[int]], hook_path: str) -> dict[st
                     "hooks": [{
                         "hookName": HOOK_STAGE,
                         "path": hook_path,
-                        "args": hook.command_line(format_cpu_list(cpus)),
+                        "args": hook.command_line(format_cpu_list(cpus), exclusive=name in exclusive),
                         "timeout": HOOK_TIMEOUT_SECONDS,
                     }],
                 },

@@ -17,6 +17,44 @@ from deviceplugin.host.atomic import write_atomically
 DEFAULT_INSTALL_DIR = Path("/opt/bin")
 INSTALLED_NAME = "cmk"
 
+#: Directories the install dir may not be: every container gets it mounted, so it must hold only the pinner.
+SYSTEM_DIRS = frozenset({
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+    "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/bin", "/usr/lib",
+    "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/libx32", "/usr/local", "/usr/local/bin",
+    "/usr/local/lib", "/usr/local/sbin", "/usr/sbin", "/usr/share", "/var", "/var/lib", "/var/log",
+    "/var/run", "/var/tmp",
+})
+#: ... nor anything under these: kernel interfaces, host configuration, secrets, kubelet and pod state.
+SYSTEM_TREES = ("/proc/", "/sys/", "/dev/", "/etc/", "/boot/", "/root/", "/home/", "/run/", "/var/run/",
+                "/var/lib/kubelet/", "/var/lib/containerd/", "/var/lib/containers/")
+_MAX_PATH = 4095  # PATH_MAX less the NUL
+
+
+def install_dir_problem(text: str) -> str:
+    """``text`` if it is fit to be the install dir, else ValueError saying why (pure: no I/O).
+
+    A normalised absolute path (no ``..``, ``.``, ``//`` or trailing slash: what a mount source
+    and a reader of the Allocate answer see is what was written), printable, not a system
+    directory: the Allocate answer mounts it into every container.
+    """
+    shown = repr(text)
+    if not text.isprintable():
+        raise ValueError(f"must not hold control characters (newline, NUL...), got {shown[:80]}")
+    if not text.startswith("/"):
+        raise ValueError(f"must be an absolute host path, got {shown}")
+    if len(text) > _MAX_PATH:
+        raise ValueError(f"must be at most {_MAX_PATH} characters, got {len(text)}")
+    parts = text.split("/")[1:]
+    if ".." in parts or "." in parts or (text != "/" and "" in parts):
+        normal = "/" + "/".join(part for part in parts if part not in ("", "."))
+        raise ValueError(f"must be a normalised path (no '..', '.', '//' or trailing '/'), got {shown}; "
+                         f"write the directory itself{f', e.g. {normal!r}' if '..' not in parts else ''}")
+    if text in SYSTEM_DIRS or (text + "/").startswith(SYSTEM_TREES):
+        raise ValueError(f"must not be a system directory (every container gets it mounted), got {shown}; "
+                         f"use a directory of its own such as {DEFAULT_INSTALL_DIR}")
+    return text
+
 
 def built_pinner() -> Path:
     """Where the package build (or ``python -m pinner.build``) put the static pinner."""

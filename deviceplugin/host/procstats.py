@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from deviceplugin.host.files import FileProblem, read_file
 from deviceplugin.model.cpustats import (
     Sample,
     StatsError,
@@ -28,12 +29,18 @@ T = TypeVar("T")
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 
+#: /proc/interrupts grows with CPUs times IRQ lines: a few MB on 1,024 CPUs; far past that it is no procfs.
+PROC_TABLE_LIMIT = 16 * 1024 * 1024
+
+
 def _read(path: Path) -> str:
     try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read()
-    except OSError as err:
-        raise StatsError(f"cannot read {path}: {err.strerror} (is --procfs-root a procfs?)") from None
+        raw = read_file(path, PROC_TABLE_LIMIT)
+    except FileProblem as err:
+        raise StatsError(f"{err} (is --procfs-root a procfs?)") from None
+    if raw is None:
+        raise StatsError(f"cannot read {path}: No such file or directory (is --procfs-root a procfs?)")
+    return raw.decode("ascii", "replace")
 
 
 def _parsed(path: Path, parse: Callable[[str], T]) -> T:

@@ -16,14 +16,21 @@ from dataclasses import replace
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
+from deviceplugin.host.files import PSEUDO_FILE_LIMIT, check_directory, read_file, shown
 from deviceplugin.model.bootparams import BootCpuSettings, parse_cmdline
+from deviceplugin.model.limits import (
+    CpuListError,
+    checked_cpu_list,
+    checked_cpu_mask,
+    parse_count,
+)
 from deviceplugin.model.topology import Cpu, Topology
-from pinner.cpulist import CpuListError, parse_cpu_list, parse_cpu_mask
 
 _CPU_DIR = re.compile(r"cpu(\d+)")
 _NODE_DIR = re.compile(r"node(\d+)")
 _CACHE_DIR = re.compile(r"index(\d+)")
 _X86_BAD_APICID = 0xFFFF
+_MAX_ID = 2**31 - 1  # topology ids are C ints; -1 is "unknown"
 _NO_CPUS = "(null)"  # what cpu/nohz_full reads when nohz_full is off
 _SIBLING_FILES = ("core_cpus_list", "thread_siblings_list", "core_cpus", "thread_siblings")
 _PACKAGE_FILES = ("package_cpus_list", "core_siblings_list", "package_cpus", "core_siblings")
@@ -101,11 +108,11 @@ def _join(directory: str, name: str) -> str:
 
 
 def _system_dir(sysfs_root: Path) -> str:
-    if not sysfs_root.is_dir():
-        raise CmkError(f"sysfs root {sysfs_root} does not exist ({_ROOT_HINT})")
+    if not check_directory(sysfs_root, what="sysfs root"):
+        raise CmkError(f"sysfs root {shown(sysfs_root)} does not exist ({_ROOT_HINT})")
     path = sysfs_root / "devices" / "system" / "cpu"
-    if not path.is_dir():
-        raise CmkError(f"{path} does not exist: {sysfs_root} is not a sysfs root ({_ROOT_HINT})")
+    if not check_directory(path, what="sysfs folder"):
+        raise CmkError(f"{shown(path)} does not exist: {shown(sysfs_root)} is not a sysfs root ({_ROOT_HINT})")
     return str(path)
 
 
@@ -252,27 +259,22 @@ class _Reader:
 
     def text(self, path: str) -> str | None:
         """The file's content without NULs and surrounding whitespace; ``None`` if missing."""
-        try:
-            raw = _read_bytes(path)
-        except FileNotFoundError:
+        raw = read_file(path, PSEUDO_FILE_LIMIT)
+        if raw is None:
             return None
-        except NotADirectoryError:
-            raise CmkError(f"cannot read {path}: a file stands where a folder should be") from None
-        except OSError as error:
-            raise CmkError(f"cannot read {path}: {error.strerror or error}") from None
         try:
             return raw.decode("ascii").replace("\x00", "").strip()
         except UnicodeDecodeError:
-            raise CmkError(f"{path}: expected text, found binary data") from None
+            raise CmkError(f"{shown(path)}: expected text, found binary data") from None
 
     def integer(self, path: str) -> int | None:
         text = self.text(path)
         if text is None:
             return None
         try:
-            return int(text)
+            return parse_count(text, least=-1, most=_MAX_ID)
         except ValueError:
-            raise CmkError(f"{path}: expected an integer, found {text!r}") from None
+            raise CmkError(f"{path}: expected an integer, found {text[:40]!r}") from None
 
     def cpus(self, *candidates: str) -> frozenset[int] | None:
         """The first existing file's cpu set: ``*list`` files as cpu lists, others as hex masks."""
@@ -293,18 +295,6 @@ class _Reader:
         return None
 
 
-def _read_bytes(path: str) -> bytes:
-    """The whole file: plain ``os`` calls, a third cheaper than ``open()`` on small sysfs files."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        chunks = [os.read(fd, 65536)]
-        while chunks[-1]:
-            chunks.append(os.read(fd, 65536))
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def _parser_for(name: str) -> Callable[[str], frozenset[int]]:
     cpu_list_files = ("online", "possible", "present", "isolated", "nohz_full")
-    return parse_cpu_list if name.endswith("list") or name in cpu_list_files else parse_cpu_mask
+    return checked_cpu_list if name.endswith("list") or name in cpu_list_files else checked_cpu_mask

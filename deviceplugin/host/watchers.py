@@ -23,6 +23,9 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
+from deviceplugin.errors import CmkError
+from deviceplugin.host.files import PSEUDO_FILE_LIMIT, read_file
+
 log = logging.getLogger(__name__)
 
 NETLINK_KOBJECT_UEVENT = 15
@@ -146,8 +149,8 @@ class _PollingCpuWatcher:
 
     def _read(self) -> str:
         try:
-            return self._file.read_text()
-        except OSError:
+            return (read_file(self._file, PSEUDO_FILE_LIMIT) or b"").decode("ascii", "replace")
+        except CmkError:  # unreadable now: a change is seen once it reads again
             return ""
 
     def start(self) -> None:

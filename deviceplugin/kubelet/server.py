@@ -31,7 +31,7 @@ from api.constants import HEALTHY, UNHEALTHY
 from api.health.v1 import health_pb2, health_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, one_line
 from deviceplugin.events import (
     Allocated,
     AllocateRefused,
@@ -57,6 +57,30 @@ Preference = Callable[[Mapping[str, Core], Sequence[str], Sequence[str], int], l
 WORKERS = 8
 #: Health service name that is NOT_SERVING while the daemon runs on its last good plan (config refused).
 CONFIG_SERVICE = "cmk.intel.com/config"
+
+
+#: sun_path holds 108 bytes with the terminating NUL; gRPC's own check logs a line and returns 0.
+MAX_SOCKET_PATH = 107
+#: Half the kubelet's 4 MiB gRPC receive limit: a larger ListAndWatch message would never list the pool.
+LIST_MESSAGE_LIMIT = 2 * 1024 * 1024
+
+
+def socket_path_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a unix socket's address, or None."""
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:
+        return (f"socket path {path} is {size} bytes; unix sockets allow {MAX_SOCKET_PATH}: "
+                "use a shorter --kubelet-dir")
+    return None
+
+
+def list_message_problem(devices: PoolDevices) -> str | None:
+    """Why the pool's ListAndWatch message cannot reach the kubelet, or None (sized with every device Unhealthy)."""
+    size = list_message(devices).ByteSize() + len(devices.devices) * (len(UNHEALTHY) - len(HEALTHY))
+    if size > LIST_MESSAGE_LIMIT:
+        return (f"{devices.resource}: {len(devices.devices)} devices make a {size}-byte ListAndWatch message, "
+                f"past the {LIST_MESSAGE_LIMIT}-byte limit (half the kubelet's 4 MiB): advertise fewer slots")
+    return None
 
 
 def options_message(devices: PoolDevices) -> pb.DevicePluginOptions:
@@ -133,6 +157,9 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     def start(self) -> None:
         """Listen on the socket (replacing a stale one) before anyone registers it."""
         problem = f"cannot listen on {self.socket_path}: check that --kubelet-dir is a writable directory"
+        too_long = socket_path_problem(self.socket_path)
+        if too_long:
+            raise CmkError(too_long)
         try:
             if self.socket_path.exists() or self.socket_path.is_symlink():
                 self.socket_path.unlink()
@@ -229,7 +256,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
             except ValueError as err:
                 self._events.emit(PreferredAllocationRefused(pool, devices.resource, str(err),
                                                              time.perf_counter() - start))
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{devices.resource}: {err}")
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(f"{devices.resource}: {err}"))
             self._events.emit(PreferredAllocation(pool, devices.resource, tuple(req.available_deviceIDs),
                                                   tuple(req.must_include_deviceIDs), req.allocation_size,
                                                   tuple(chosen), time.perf_counter() - start))
@@ -249,7 +276,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
             except DeviceRequestError as err:
                 self._events.emit(AllocateRefused(pool, devices.resource, tuple(ids), str(err),
                                                   time.perf_counter() - start))
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(err))
             cpus = format_cpu_list(devices.cpus_of(ids))
             self._events.emit(Allocated(pool, devices.resource, tuple(ids), cpus, time.perf_counter() - start))
             responses.append(answer_message(answer))

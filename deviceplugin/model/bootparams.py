@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pinner.cpulist import CpuListError, parse_cpu_list
+from deviceplugin.model.limits import CpuListError, checked_cpu_list
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def parse_isolcpus(value: str) -> tuple[tuple[str, ...], frozenset[int]]:
         flags.append(tokens.pop(0))
     if not tokens:
         raise CpuListError(f"isolcpus={value!r} names no CPUs after its flags")
-    return tuple(flags), parse_cpu_list(",".join(tokens))
+    return tuple(flags), checked_cpu_list(",".join(tokens))
 
 
 def parse_cmdline(text: str) -> BootCpuSettings:
@@ -83,7 +83,7 @@ def parse_cmdline(text: str) -> BootCpuSettings:
             flags.extend(flag for flag in these_flags if flag not in flags)
             isolcpus |= cpus
         elif name == "nohz_full":
-            nohz_full |= parse_cpu_list(value)
+            nohz_full |= checked_cpu_list(value)
     return BootCpuSettings(
         isolcpus=frozenset(isolcpus), isolcpus_flags=tuple(flags), nohz_full=frozenset(nohz_full)
     )

@@ -8,6 +8,7 @@ Why it works this way: ``docs/host-config.md``.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ import yaml
 from deviceplugin.errors import CmkError
 from deviceplugin.model.plan import PlanOptions, Pool, PoolPlan, plan_pools
 from deviceplugin.model.topology import Topology
+from pinner import hook
 from pinner.cpulist import format_cpu_list
 
 #: systemd drop-in file name: sorts after distribution defaults, names its origin.
@@ -24,6 +26,13 @@ DROPIN_NAME = "50-cmk-cpu-pools.conf"
 
 #: Container runtime services and their unit names.
 RUNTIMES = {"containerd": "containerd.service", "crio": "crio.service"}
+
+#: The hooks.d directory podman reads by default besides /usr/share/containers/oci/hooks.d; CRI-O is told to.
+DEFAULT_HOOKS_DIR = "/etc/containers/oci/hooks.d"
+#: CRI-O's own default ``hooks_dir`` (``pkg/config``): kept in the list we print, so its hooks still run.
+CRIO_DEFAULT_HOOKS_DIR = "/usr/share/containers/oci/hooks.d"
+#: The full OCI spec a containerd runtime handler starts every container from, with the hook added.
+CONTAINERD_BASE_SPEC = "/etc/containerd/cmk-base-spec.json"
 
 #: Host cgroup slices whose processes stay on infra (kubepods.slice is the kubelet's: not touched).
 HOST_SLICES = ("system.slice", "user.slice")
@@ -38,6 +47,9 @@ class HostOptions:
     irqaffinity: bool = False
     reserved_cores: int = 1
     runtimes: tuple[str, ...] = tuple(RUNTIMES)
+    #: Where ``cmk install`` puts the binary and the infra record, and the hooks.d directory it writes into.
+    install_dir: str = "/opt/bin"
+    hooks_dir: str = DEFAULT_HOOKS_DIR
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,8 @@ class HostConfig:
     kernel_args: tuple[str, ...]
     kubelet: dict[str, Any]
     dropins: tuple[DropIn, ...]
+    #: What each runtime's configuration needs so the node-wide hook runs for every container.
+    runtime_config: tuple[DropIn, ...]
     notes: tuple[str, ...]
 
     @property
@@ -96,6 +110,37 @@ def _dropins(infra: frozenset[int], runtimes: Iterable[str]) -> tuple[DropIn, ..
             "# Containers may inherit it: cmk isolate and the CDI hook re-pin them within their cpuset.\n"
             f"[Service]\nCPUAffinity={cpus}\nAllowedCPUs={cpus}\n"))
     return tuple(dropins)
+
+
+def _runtime_config(host: HostOptions) -> tuple[DropIn, ...]:
+    """The node-wide hook (``cmk install --hooks-dir``'s declaration) in each runtime's configuration."""
+    binary, record = f"{host.install_dir.rstrip('/')}/cmk", f"{host.install_dir.rstrip('/')}/{hook.RECORD_NAME}"
+    header = "# Written from `cmk host-config`: run the node-wide cmk hook at the creation of every container.\n"
+    files = []
+    if "crio" in host.runtimes:
+        dirs = ", ".join(f'"{d}"' for d in dict.fromkeys([host.hooks_dir, CRIO_DEFAULT_HOOKS_DIR]))
+        files.append(DropIn("/etc/crio/crio.conf.d/90-cmk-node-wide.conf",
+                            f"{header}# `cmk install --hooks-dir {host.hooks_dir}` writes cmk-node-wide.json there; "
+                            "then `systemctl restart crio`.\n"
+                            f"[crio.runtime]\nhooks_dir = [{dirs}]\n"))
+    if "containerd" in host.runtimes:
+        entry = json.dumps({"path": binary, "args": hook.node_wide_command_line(record), "timeout": 10})
+        files.append(DropIn("/etc/containerd/config.toml",
+                            f"{header}# Merge into the handler that runs pods (runc here), then "
+                            "`systemctl restart containerd`.\n"
+                            "# containerd 1.7 (config version 2):\n"
+                            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+                            f'  base_runtime_spec = "{CONTAINERD_BASE_SPEC}"\n'
+                            "# containerd 2.x (config version 3):\n"
+                            '# [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n'
+                            f'#   base_runtime_spec = "{CONTAINERD_BASE_SPEC}"\n'))
+        files.append(DropIn(CONTAINERD_BASE_SPEC,
+                            "# A whole OCI spec (containerd starts from it instead of its defaults): write "
+                            f"`ctr oci spec > {CONTAINERD_BASE_SPEC}`,\n"
+                            "# then add this entry to its \"hooks\": {\"createRuntime\": [...]} (JSON has no comments: "
+                            "drop these lines):\n"
+                            f"{entry}\n"))
+    return tuple(files)
 
 
 def _reserved(plan: PoolPlan, cores: int) -> frozenset[int]:
@@ -163,6 +208,7 @@ def host_config(topology: Topology, options: PlanOptions, host: HostOptions = Ho
         kernel_args=tuple(kernel_args),
         kubelet=kubelet,
         dropins=_dropins(infra, host.runtimes),
+        runtime_config=_runtime_config(host),
         notes=tuple(notes),
     )
 
@@ -176,6 +222,7 @@ def host_config_data(config: HostConfig) -> dict[str, Any]:
         "kubelet_config": config.kubelet,
         "kubelet_allocatable_cpu": len(config.online) - len(config.reserved),
         "systemd_dropins": [{"path": d.path, "content": d.content} for d in config.dropins],
+        "runtime_config": [{"path": d.path, "content": d.content} for d in config.runtime_config],
         "current_isolcpus": format_cpu_list(config.current_isolated),
         "reboot_needed": config.reboot_needed,
         "notes": list(config.notes),
@@ -206,5 +253,9 @@ def render_text(config: HostConfig) -> str:
     ]
     for dropin in config.dropins:
         lines += [f"### {dropin.path}", dropin.content.rstrip(), ""]
+    if config.runtime_config:
+        lines += ["## Container runtime: the node-wide hook, so every container is born confined", ""]
+    for file in config.runtime_config:
+        lines += [f"### {file.path}", file.content.rstrip(), ""]
     lines += [f"note: {note}" for note in config.notes]
     return "\n".join(lines).rstrip() + "\n"

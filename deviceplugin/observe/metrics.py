@@ -13,11 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from prometheus_client import (
+    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    start_http_server,
+    generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -42,6 +43,7 @@ from deviceplugin.model.cpustats import held_cpus
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.plan import PoolPlan
 from deviceplugin.observe.cpumetrics import CpuCollector
+from deviceplugin.observe.httpserver import BoundedHttpServer
 
 #: Allocate answers in well under a millisecond; the top buckets catch a GC pause or a loaded node.
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -175,16 +177,21 @@ class Metrics:
 
 @contextmanager
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> Iterator[tuple[str, int]]:
-    """Serve ``/metrics`` in a thread while the block runs; yields the bound (host, port) (port 0 picks one)."""
+    """Serve ``/metrics`` while the block runs, on a fixed few threads; yields the bound (host, port) (port 0 picks one)."""
+    def render(path: str) -> tuple[str, str, bytes] | None:
+        if path not in ("/metrics", "/"):
+            return None
+        return "200 OK", CONTENT_TYPE_LATEST, generate_latest(registry)
+
     try:
-        server, thread = start_http_server(port, host, registry=registry)
-    except OSError as err:
-        raise CmkError(f"cannot serve metrics on {host}:{port}: {err.strerror} "
-                       "(pick a free port with --metrics-address)") from None
+        server = BoundedHttpServer(host, port, render)
+    except (OSError, OverflowError, UnicodeError) as err:
+        reason = getattr(err, "strerror", None) or str(err)
+        raise CmkError(f"cannot serve metrics on {host}:{port}: {reason} "
+                       "(pick a free port and an address of this host with --metrics-address)") from None
+    server.start()
     try:
         bound = server.server_address
         yield str(bound[0]), int(bound[1])
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        server.stop()

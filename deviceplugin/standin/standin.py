@@ -37,6 +37,7 @@ from api.podresources.v1 import podresources_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.errors import CmkError
+from deviceplugin.kubelet.server import MAX_SOCKET_PATH
 from deviceplugin.standin import lifecycle
 from deviceplugin.standin.answers import Conflict, ContainerAnswer, merge_answers
 from deviceplugin.standin.cdiresolve import unresolvable
@@ -69,7 +70,6 @@ from deviceplugin.standin.topologymanager import (
 
 log = logging.getLogger(__name__)
 
-_MAX_UNIX_PATH = 107  # sun_path is 108 bytes with the terminating NUL
 
 
 @dataclass(frozen=True)
@@ -114,8 +114,8 @@ def remove_sockets(directory: Path) -> None:
 
 
 def _check_socket_path(path: Path) -> None:
-    if len(str(path)) > _MAX_UNIX_PATH:
-        raise CmkError(f"socket path {path} is {len(str(path))} characters; unix sockets allow {_MAX_UNIX_PATH}: use a shorter directory")
+    if len(str(path)) > MAX_SOCKET_PATH:
+        raise CmkError(f"socket path {path} is {len(str(path))} characters; unix sockets allow {MAX_SOCKET_PATH}: use a shorter directory")
 
 
 class _RegistrationServicer(pb_grpc.RegistrationServicer):

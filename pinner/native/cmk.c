@@ -1115,8 +1115,8 @@ static const jval *j_get(const jval *obj, const char *key)
  */
 
 struct hook_opts {
-    const char *proc_root, *cgroup_root, *cpus;
-    int help;
+    const char *proc_root, *cgroup_root, *cpus, *node_wide;
+    int help, exclusive;
 };
 
 /* Parses cmk hook's options (argv after "hook", or a config entry's args after "cmk hook");
@@ -1129,12 +1129,22 @@ static int parse_hook_opts(size_t argc, char *const *argv, struct hook_opts *o, 
             o->help = 1;
             return 0;
         }
+        if (!strcmp(t, HOOK_EXCLUSIVE_OPTION)) {
+            if (o->exclusive) {
+                s_add(&msg, "option " HOOK_EXCLUSIVE_OPTION " is given twice");
+                return -1;
+            }
+            o->exclusive = 1;
+            continue;
+        }
         const char *eq = strchr(t, '=');
         size_t nlen = eq ? (size_t)(eq - t) : strlen(t);
         const char **target = nlen == 11 && !strncmp(t, "--proc-root", 11)     ? &o->proc_root
                               : nlen == 13 && !strncmp(t, "--cgroup-root", 13) ? &o->cgroup_root
                               : nlen == sizeof HOOK_CPUS_OPTION - 1 && !strncmp(t, HOOK_CPUS_OPTION, nlen)
                                   ? &o->cpus
+                              : nlen == sizeof HOOK_NODE_WIDE_OPTION - 1 && !strncmp(t, HOOK_NODE_WIDE_OPTION, nlen)
+                                  ? &o->node_wide
                                   : NULL;
         if (!target) {
             s_add(&msg, t[0] == '-' ? "unknown option '" : "unexpected argument '");
@@ -1239,8 +1249,16 @@ static int is_cmk_hook(const jval *args)
            a1->len == 4 && !strcmp(a1->text, "hook");
 }
 
-/* The union of the --cpus of every `cmk hook` createRuntime entry in config; own must be one of them. */
-static int hook_cpus(const jval *config, const char *path, const cpuset *own, const char *own_text, cpuset *cpus)
+/* What the `cmk hook --cpus` entries of a container's config.json say. */
+struct hook_entries {
+    cpuset cpus; /* the union of their --cpus */
+    int count, exclusive; /* how many there are, and how many of them are marked --exclusive */
+};
+
+/* The union of the --cpus of every `cmk hook` createRuntime entry in config; own (unless NULL: the
+ * node-wide hook) must be one of them. */
+static int hook_cpus(const jval *config, const char *path, const cpuset *own, const char *own_text,
+                     struct hook_entries *found_entries)
 {
     if (config->type != J_OBJECT)
         return config_error(path, " is not an object");
@@ -1304,10 +1322,12 @@ static int hook_cpus(const jval *config, const char *path, const cpuset *own, co
         if (status)
             return status;
         for (size_t w = 0; w < MASK_WORDS; w++)
-            cpus->w[w] |= entry_cpus.w[w];
-        found |= !memcmp(&entry_cpus, own, sizeof entry_cpus);
+            found_entries->cpus.w[w] |= entry_cpus.w[w];
+        found_entries->count++;
+        found_entries->exclusive += o.exclusive;
+        found |= own && !memcmp(&entry_cpus, own, sizeof entry_cpus);
     }
-    if (found)
+    if (found || !own)
         return 0;
     s_add(&msg, "this hook's " HOOK_CPUS_OPTION "=");
     s_shown(&msg, own_text);
@@ -1350,9 +1370,10 @@ struct cgroup {
     str dir; /* the directory on disk */
 };
 
-/* Finds the process's cpuset cgroup: the v1 line naming cpuset, else the v2 "0::" line. */
-static int find_cgroup(const char *proc_root, long pid, struct cgroup *cg)
+/* Finds the process's cgroup of controller ctl (cpuset, cpu): the v1 line naming ctl, else the v2 "0::" line. */
+static int find_cgroup(const char *proc_root, long pid, const char *ctl, struct cgroup *cg)
 {
+    size_t ctl_len = strlen(ctl);
     str path = {0}, text = {0};
     s_addf(&path, "%s/%ld/cgroup", proc_root, pid);
     int e = read_file(path.p, &text);
@@ -1381,7 +1402,7 @@ static int find_cgroup(const char *proc_root, long pid, struct cgroup *cg)
             for (const char *c = c1 + 1; c < c2;) { /* the comma-separated controllers */
                 const char *comma = memchr(c, ',', (size_t)(c2 - c));
                 const char *stop = comma ? comma : c2;
-                if (stop - c == 6 && !memcmp(c, "cpuset", 6)) {
+                if ((size_t)(stop - c) == ctl_len && !memcmp(c, ctl, ctl_len)) {
                     v1 = rest;
                     v1_len = rest_len;
                 }
@@ -1391,9 +1412,9 @@ static int find_cgroup(const char *proc_root, long pid, struct cgroup *cg)
         line = nl ? nl + 1 : NULL;
     }
     if (!v1 && !v2) {
-        s_addf(&msg, "process %ld is in no cpuset cgroup (", pid);
+        s_addf(&msg, "process %ld is in no %s cgroup (", pid, ctl);
         s_shown(&msg, path.p);
-        s_add(&msg, " has neither a cpuset nor a 0:: line): the kernel needs the cpuset controller");
+        s_addf(&msg, " has neither a %s nor a 0:: line): the kernel needs the %s controller", ctl, ctl);
         return fail(HOOK_EXIT_NO_CGROUP);
     }
     cg->v2 = !v1;
@@ -1434,9 +1455,11 @@ static size_t split_fields(char *line, char **fields, size_t max)
     return n;
 }
 
-/* The mount point of the hierarchy holding cg, from mountinfo, joined with cg's path into cg->dir. */
-static int find_mount(const char *proc_root, long pid, struct cgroup *cg)
+/* The mount point of the hierarchy holding cg (v1: the one of controller ctl), from mountinfo, joined with
+ * cg's path into cg->dir. */
+static int find_mount(const char *proc_root, long pid, const char *ctl, struct cgroup *cg)
 {
+    size_t ctl_len = strlen(ctl);
     str path = {0}, text = {0};
     s_add(&path, proc_root);
     s_add(&path, "/self/mountinfo");
@@ -1461,7 +1484,7 @@ static int find_mount(const char *proc_root, long pid, struct cgroup *cg)
                 for (const char *o = super; *o;) {
                     const char *comma = strchr(o, ',');
                     size_t len = comma ? (size_t)(comma - o) : strlen(o);
-                    if (len == 6 && !memcmp(o, "cpuset", 6))
+                    if (len == ctl_len && !memcmp(o, ctl, ctl_len))
                         match = 1;
                     o += len + (comma ? 1 : 0);
                 }
@@ -1486,7 +1509,8 @@ static int find_mount(const char *proc_root, long pid, struct cgroup *cg)
     next:
         line = nl ? nl + 1 : NULL;
     }
-    s_addf(&msg, "no %s hierarchy holding process %ld's cgroup ", cg->v2 ? "cgroup2" : "cgroup v1 cpuset", pid);
+    s_addf(&msg, "no %s%s hierarchy holding process %ld's cgroup ", cg->v2 ? "cgroup2" : "cgroup v1 ",
+           cg->v2 ? "" : ctl, pid);
     s_shown(&msg, cg->path.p);
     s_add(&msg, " is mounted (read ");
     s_shown(&msg, path.p);
@@ -1530,24 +1554,70 @@ static void parent_path(const char *dir, str *out)
     }
 }
 
+/* Writes text to the cgroup file name below dirfd in one write(2); file is its path for messages. */
+static int write_cgroup_file(int dirfd, const char *name, const char *file, const char *text, const char *what,
+                             int status)
+{
+    size_t len = strlen(text);
+    int fd = open_regular(dirfd, name, O_WRONLY | O_TRUNC);
+    if (fd < 0)
+        return cgroup_error(status, file, what, -fd);
+    ssize_t n;
+    do
+        n = write(fd, text, len);
+    while (n < 0 && errno == EINTR);
+    int e = n < 0 ? errno : (size_t)n != len ? EIO : 0;
+    if (close(fd) && !e)
+        e = errno;
+    if (e)
+        return cgroup_error(status, file, what, e);
+    return 0;
+}
+
 static int write_cpus(int dirfd, const char *file, const cpuset *cpus)
 {
     str list = {0};
     s_ranges(&list, cpus);
     s_add(&list, "\n");
-    int fd = open_regular(dirfd, "cpuset.cpus", O_WRONLY | O_TRUNC);
-    if (fd < 0)
-        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, file, "cannot write the container's CPUs to ", -fd);
-    ssize_t n;
-    do
-        n = write(fd, list.p, list.len);
-    while (n < 0 && errno == EINTR);
-    int e = n < 0 ? errno : (size_t)n != list.len ? EIO : 0;
-    if (close(fd) && !e)
-        e = errno;
-    if (e)
-        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, file, "cannot write the container's CPUs to ", e);
-    return 0;
+    return write_cgroup_file(dirfd, "cpuset.cpus", file, list.p, "cannot write the container's CPUs to ",
+                             HOOK_EXIT_CGROUP_WRITE);
+}
+
+/* Removes the CFS quota of the container's own cpu cgroup (v1 cpu.cfs_quota_us = -1; v2 cpu.max = max,
+ * its period kept): it holds only exclusive cores, which nobody else runs on, so a quota only throttles
+ * its bursts. The pod's cgroup (the parent) is left as the kubelet set it. A cgroup without the file has
+ * no cpu controller, so no quota to remove. */
+static int remove_quota(const char *proc_root, long pid, const struct cgroup *cpuset_cg)
+{
+    struct cgroup cg = {0};
+    int status;
+    if (cpuset_cg->v2) {
+        cg = *cpuset_cg; /* one unified hierarchy: the same directory */
+    } else if ((status = find_cgroup(proc_root, pid, "cpu", &cg)) || (status = find_mount(proc_root, pid, "cpu", &cg))) {
+        return status;
+    }
+    if (!strcmp(cg.path.p, "/") || !*cg.path.p) {
+        s_addf(&msg, "process %ld is in the root cpu cgroup: refusing to change the whole host's CFS quota", pid);
+        return fail(HOOK_EXIT_QUOTA);
+    }
+    const char *name = cg.v2 ? "cpu.max" : "cpu.cfs_quota_us";
+    str file = {0};
+    s_add(&file, cg.dir.p);
+    s_add(&file, "/");
+    s_add(&file, name);
+    int dirfd = open(cg.dir.p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dirfd < 0)
+        return cgroup_error(HOOK_EXIT_QUOTA, cg.dir.p, "cannot open the container's cpu cgroup ",
+                            errno == ELOOP ? E_SYMLINK : errno);
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) && errno == ENOENT) {
+        close(dirfd);
+        return 0;
+    }
+    status = write_cgroup_file(dirfd, name, file.p, cg.v2 ? "max\n" : "-1\n",
+                               "cannot remove the CFS quota of the container's exclusive cores in ", HOOK_EXIT_QUOTA);
+    close(dirfd);
+    return status;
 }
 
 static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
@@ -1663,6 +1733,39 @@ static int confine_tasks(const char *proc_root, long pid, const cpuset *cpus)
     return 0;
 }
 
+/* The infra pool's CPUs from the node-local record the daemon and `cmk install` write (atomically) into
+ * cpus: 0; -1 if there is no record yet; else the status once msg is printed. */
+static int infra_record(const char *path, cpuset *cpus)
+{
+    str text = {0};
+    int e = read_file(path, &text);
+    if (e == ENOENT)
+        return -1;
+    if (e) {
+        s_add(&msg, "cannot read the node's infra record ");
+        s_shown(&msg, path);
+        s_add(&msg, ": ");
+        if (e == EFBIG)
+            s_addf(&msg, "it is larger than %d bytes", HOOK_MAX_JSON_BYTES);
+        else
+            s_errno(&msg, e);
+        s_add(&msg, ": " HOOK_RECORD_HINT);
+        return fail(HOOK_EXIT_RECORD);
+    }
+    int empty = 1;
+    for (size_t i = 0; i < text.len && empty; i++)
+        empty = is_space(text.p[i]);
+    if (empty || memchr(text.p, 0, text.len) || parse_kernel_list(text.p, cpus)) {
+        s_add(&msg, "the node's infra record ");
+        s_shown(&msg, path);
+        s_add(&msg, " holds '");
+        s_shown_n(&msg, text.p, text.len > 64 ? 64 : text.len);
+        s_add(&msg, "', not a cpu list: " HOOK_RECORD_HINT);
+        return fail(HOOK_EXIT_RECORD);
+    }
+    return 0;
+}
+
 static int hook_usage(void)
 {
     s_add(&msg, " (see '" HOOK_PROG " --help')");
@@ -1679,18 +1782,23 @@ static int hook(int argc, char **argv)
     if (o.help)
         return write_all(1, HOOK_HELP, sizeof HOOK_HELP - 1) ? 1 : HOOK_EXIT_OK;
     const char *proc_root = o.proc_root ? o.proc_root : HOOK_DEFAULT_PROC_ROOT, *cgroup_root = o.cgroup_root;
-    if (!o.cpus) {
+    if (o.node_wide && (o.cpus || o.exclusive || !*o.node_wide)) {
+        s_add(&msg, o.cpus || o.exclusive ? HOOK_NODE_WIDE_OPTION " takes no " HOOK_CPUS_OPTION " or " HOOK_EXCLUSIVE_OPTION
+                                          : HOOK_NODE_WIDE_OPTION " needs the infra record's path");
+        s_add(&msg, ": the node-wide hook takes them from the container's cmk hook entries");
+        return hook_usage();
+    }
+    if (!o.cpus && !o.node_wide) {
         s_add(&msg, "no " HOOK_CPUS_OPTION "=LIST: " HOOK_NO_CPUS_HINT);
         return fail(HOOK_EXIT_NO_CPUS);
     }
     int status;
-    if ((status = trusted_cpus(o.cpus, "this hook's ", &own)))
+    if (o.cpus && (status = trusted_cpus(o.cpus, "this hook's ", &own)))
         return status;
 
     str input = {0}, config_text = {0}, config_path = {0};
     jval state, config;
     struct hook_input in = {0};
-    static cpuset cpus;
     int e = read_all(0, &input);
     if (e) {
         s_add(&msg, "cannot read the OCI state on stdin: ");
@@ -1722,21 +1830,26 @@ static int hook(int argc, char **argv)
     s_shown(&what, config_path.p);
     if (j_parse(&config_text, what.p, &config))
         return fail(HOOK_EXIT_CONFIG);
-    if ((status = hook_cpus(&config, config_path.p, &own, o.cpus, &cpus)))
+    static struct hook_entries entries;
+    if ((status = hook_cpus(&config, config_path.p, o.node_wide ? NULL : &own, o.cpus, &entries)))
         return status;
+    if (!entries.count && (status = infra_record(o.node_wide, &entries.cpus)))
+        return status < 0 ? HOOK_EXIT_OK : status; /* no record yet: the container starts as it was created */
 
     struct cgroup cg = {0};
-    if ((status = find_cgroup(proc_root, in.pid, &cg)))
+    if ((status = find_cgroup(proc_root, in.pid, "cpuset", &cg)))
         return status;
     if (cgroup_root) {
         s_add(&cg.dir, cgroup_root);
         s_add(&cg.dir, !strcmp(cg.path.p, "/") ? "" : cg.path.p);
-    } else if ((status = find_mount(proc_root, in.pid, &cg))) {
+    } else if ((status = find_mount(proc_root, in.pid, "cpuset", &cg))) {
         return status;
     }
-    if ((status = confine_cgroup(&cg, in.pid, &cpus)))
+    if ((status = confine_cgroup(&cg, in.pid, &entries.cpus)) || (status = confine_tasks(proc_root, in.pid, &entries.cpus)))
         return status;
-    return confine_tasks(proc_root, in.pid, &cpus);
+    if (entries.count && entries.exclusive == entries.count)
+        return remove_quota(proc_root, in.pid, &cg);
+    return HOOK_EXIT_OK;
 }
 
 /* ---- subcommand dispatch ------------------------------------------------- */

@@ -97,6 +97,8 @@ static const char HELP[] =
 #define HOOK_EXIT_NO_CPUS 5
 #define HOOK_EXIT_OK 0
 #define HOOK_EXIT_OUTSIDE 9
+#define HOOK_EXIT_QUOTA 12
+#define HOOK_EXIT_RECORD 13
 #define HOOK_EXIT_STATE 3
 #define HOOK_EXIT_USAGE 2
 #define HOOK_MAX_JSON_BYTES 16777216
@@ -104,9 +106,13 @@ static const char HELP[] =
 #define HOOK_DEFAULT_PROC_ROOT "/proc"
 #define HOOK_CPUS_OPTION "--cpus"
 #define HOOK_NO_CPUS_HINT "cmk hook takes a container's CPUs only from the cmk.intel.com/cpus CDI devices the device plugin names in its Allocate answers, never from the env"
+#define HOOK_EXCLUSIVE_OPTION "--exclusive"
+#define HOOK_NODE_WIDE_OPTION "--node-wide"
+#define HOOK_RECORD_HINT "the device plugin and 'cmk install' write it atomically as one cpu list; run 'cmk install' with the daemon's plan flags again, or delete the file to let containers start unconfined until the daemon writes it"
 
 static const char HOOK_HELP[] =
-    "usage: cmk hook --cpus=LIST [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE\n"
+    "usage: cmk hook --cpus=LIST [--exclusive] [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE\n"
+    "       cmk hook --node-wide=RECORD [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE\n"
     "\n"
     "An OCI createRuntime hook, added by the cmk.intel.com/cpus CDI devices the\n"
     "device plugin writes (one per core or slot pool, each with its CPUs in\n"
@@ -114,12 +120,19 @@ static const char HOOK_HELP[] =
     "config.json from the bundle, takes the union of the --cpus of every\n"
     "'cmk hook' entry in config.json's hooks.createRuntime (this one's included),\n"
     "writes them to the container's cpuset cgroup (v1 or v2) and sets the\n"
-    "affinity of its init process. The container's env is never read. Any\n"
-    "failure is one line on stderr and a non-zero status, so the runtime refuses\n"
-    "to start the container.\n"
+    "affinity of its init process. If every such entry is --exclusive, it also\n"
+    "removes the CFS quota of the container's cpu cgroup. The container's env is\n"
+    "never read. Any failure is one line on stderr and a non-zero status, so the\n"
+    "runtime refuses to start the container.\n"
+    "\n"
+    "--node-wide runs for every container (hooks.d, or a base runtime spec): a\n"
+    "container with cmk hook entries gets their union as above; one without is\n"
+    "confined to the infra CPUs in RECORD. No RECORD yet: it starts as created.\n"
     "\n"
     "options:\n"
     "  --cpus=LIST         the CPUs of the CDI device that added this hook\n"
+    "  --exclusive         that device is a whole exclusive core\n"
+    "  --node-wide=RECORD  the node-wide hook; RECORD holds the infra CPUs\n"
     "  --proc-root=DIR     procfs to read /proc/PID/cgroup, /proc/PID/task and\n"
     "                      /proc/self/mountinfo from (default: /proc)\n"
     "  --cgroup-root=DIR   where the cpuset hierarchy (v1) or the unified one (v2)\n"
@@ -132,6 +145,7 @@ static const char HOOK_HELP[] =
     "    6  a --cpus value is not a cpu list\n"
     "    7  the container's process is gone\n"
     "    8  no cpuset cgroup found  9  CPUs outside the parent cgroup's\n"
-    "   10  cpuset.cpus not writable  11  affinity refused\n";
+    "   10  cpuset.cpus not writable  11  affinity refused\n"
+    "   12  CFS quota not removable   13  bad infra RECORD\n";
 
 #endif

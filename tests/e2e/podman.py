@@ -7,9 +7,12 @@ reachable, so the image is a ``podman import`` of a rootfs holding
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -68,3 +71,119 @@ def busybox_image(prefix: str = "cmk-e2e") -> Iterator[str]:
         yield name
     finally:
         podman("rmi", "-f", name, check=False)
+
+
+CGROUP_V1 = Path("/sys/fs/cgroup")
+RUNTIME_CDI_DIR = Path("/etc/cdi")
+
+
+def cgroup_dir(pid: int, controller: str) -> Path:
+    """The v1 ``controller`` cgroup directory of process ``pid``, read on the host."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        path = next(line.rstrip("\n").split(":", 2)[2] for line in f if controller in line.split(":")[1].split(","))
+    return CGROUP_V1 / controller / path.lstrip("/")
+
+
+def container_pid(name: str) -> int:
+    return int(podman("inspect", "--format", "{{.State.Pid}}", name).stdout)
+
+
+def cpu_stat(pid: int) -> dict[str, int]:
+    """The CFS bandwidth counters (``nr_periods``, ``nr_throttled``, ``throttled_time``) of ``pid``'s cpu cgroup."""
+    text = (cgroup_dir(pid, "cpu") / "cpu.stat").read_text()
+    return {key: int(value) for key, value in (line.split() for line in text.splitlines())}
+
+
+@contextmanager
+def hook_devices(binary: Path, devices: Mapping[str, list[str]]) -> Iterator[str]:
+    """A CDI spec of our hook under a kind of its own (device -> the hook's args); yields the kind, removed after."""
+    import json
+
+    from deviceplugin.host.cdi import CDI_VERSION
+
+    kind = f"e2e-{uuid.uuid4().hex[:10]}.cmk.test/cpus"
+    spec = {"cdiVersion": CDI_VERSION, "kind": kind, "devices": [
+        {"name": name, "containerEdits": {"hooks": [
+            {"hookName": "createRuntime", "path": str(binary), "args": args, "timeout": 10}]}}
+        for name, args in devices.items()]}
+    RUNTIME_CDI_DIR.mkdir(parents=True, exist_ok=True)
+    path = RUNTIME_CDI_DIR / f"{kind.replace('/', '_')}.json"
+    path.write_text(json.dumps(spec))
+    try:
+        yield kind
+    finally:
+        path.unlink()
+
+
+@contextmanager
+def weighty_cgroup_parent() -> Iterator[str]:
+    """A uniquely named cgroup parent for ``--cgroup-parent`` whose CFS weight is v1's highest (262144).
+
+    Its containers' threads then get the CPUs of their cpuset however loaded the machine is (CFS
+    weights compete level by level: a heavy container under podman's default parent would share
+    that parent's ordinary weight). Removed after, from every hierarchy podman made it in.
+    """
+    name = f"cmk-e2e-{uuid.uuid4().hex[:10]}"
+    cpu = CGROUP_V1 / "cpu" / name
+    cpu.mkdir()
+    try:
+        (cpu / "cpu.shares").write_text("262144")
+        yield f"/{name}"
+    finally:
+        for hierarchy in CGROUP_V1.iterdir():
+            top = hierarchy / name
+            if not top.is_dir():
+                continue
+            for directory, _, _ in os.walk(top, topdown=False):  # children first (podman leaves conmon's)
+                _remove_cgroup(hierarchy, Path(directory))
+
+
+def _remove_cgroup(hierarchy: Path, directory: Path) -> None:
+    """Move what is left in ``directory`` to the root and remove it; an exiting conmon may hold it a moment."""
+    for _ in range(100):
+        for pid in (directory / "cgroup.procs").read_text().split():
+            try:
+                (hierarchy / "cgroup.procs").write_text(pid)
+            except ProcessLookupError:
+                pass  # exited meanwhile
+        try:
+            directory.rmdir()
+            return
+        except OSError as err:
+            if err.errno != errno.EBUSY:
+                raise
+            time.sleep(0.1)
+    directory.rmdir()  # the last try raises
+
+
+def run_with_hooks(hooks_dir: Path | None, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``podman run`` as :func:`run`, reading OCI hooks declarations from ``hooks_dir`` (as CRI-O's hooks_dir)."""
+    hooks = ["--hooks-dir", str(hooks_dir)] if hooks_dir is not None else []
+    argv = [*PODMAN, *hooks, *RUN[len(PODMAN):], *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=check)
+
+
+def last_cpus(pid: int) -> list[int]:
+    """The CPU each thread of ``pid`` last ran on (field 39 of ``/proc/PID/task/TID/stat``); exited threads skipped."""
+    cpus = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        cpus.append(int(text[text.rindex(")") + 2:].split()[36]))  # fields from 3 (state) on
+    return cpus
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (a container's shell and the loops it forked)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for tid in os.listdir(f"/proc/{current}/task"):
+            try:
+                todo += [int(c) for c in Path(f"/proc/{current}/task/{tid}/children").read_text().split()]
+            except FileNotFoundError:
+                pass
+    return found

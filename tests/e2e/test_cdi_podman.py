@@ -37,7 +37,7 @@ from deviceplugin.standin.answers import ContainerAnswer
 from pinner import hook
 from pinner.contract import ENV_NAMES, LIST_HINT
 from pinner.cpulist import format_cpu_list, parse_cpu_list
-from tests.e2e.podman import env_flags, podman, run
+from tests.e2e.podman import env_flags, hook_devices, podman, run
 
 pytestmark = pytest.mark.e2e
 
@@ -206,7 +206,8 @@ def test_two_pools_give_the_union_from_one_hook_per_device(node: Node, allocate:
     assert (allowed, cpus) == (node.every, node.every)
     config = oci_config(container_name)
     hooks = config["hooks"]["createRuntime"]  # type: ignore[index]
-    assert sorted(h["args"] for h in hooks) == sorted([hook.command_line(node.core), hook.command_line(node.infra)])
+    assert sorted(h["args"] for h in hooks) == sorted(
+        [hook.command_line(node.core, exclusive=True), hook.command_line(node.infra)])
 
 
 def test_the_env_plays_no_part(node: Node, allocate: Allocate, image: str, container_name: str) -> None:
@@ -222,24 +223,12 @@ def test_the_env_plays_no_part(node: Node, allocate: Allocate, image: str, conta
 @pytest.fixture
 def bad_devices(node: Node) -> Iterator[str]:
     """A spec of our hook with a missing and a malformed channel, under a kind of its own; removed after."""
-    kind = f"e2e-{uuid.uuid4().hex[:10]}.cmk.test/cpus"
-    binary = str(node.install_dir / "cmk")
-
-    def device(name: str, args: list[str]) -> dict[str, object]:
-        return {"name": name, "containerEdits": {"hooks": [
-            {"hookName": "createRuntime", "path": binary, "args": args, "timeout": 10}]}}
-
-    spec = {"cdiVersion": cdi.CDI_VERSION, "kind": kind, "devices": [
-        device("no-cpus", list(hook.ARGS)),
-        device("malformed", hook.command_line("1,x")),
-        device("cpus-without-value", [*hook.ARGS, "--cpus"]),
-    ]}
-    path = RUNTIME_CDI_DIR / f"{kind.replace('/', '_')}.json"
-    path.write_text(json.dumps(spec))
-    try:
+    with hook_devices(node.install_dir / "cmk", {
+        "no-cpus": list(hook.ARGS),
+        "malformed": hook.command_line("1,x"),
+        "cpus-without-value": [*hook.ARGS, "--cpus"],
+    }) as kind:
         yield kind
-    finally:
-        path.unlink()
 
 
 NO_CPUS = "cmk hook: error: no --cpus=LIST: " + hook.NO_CPUS_HINT

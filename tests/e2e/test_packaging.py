@@ -62,7 +62,9 @@ def test_an_editable_build_leaves_the_pinner_where_cmk_install_finds_it(clone: P
     install = subprocess.run([sys.executable, "-m", "deviceplugin", "install", "--install-dir", str(tmp_path / "opt")],
                              cwd=clone, env={"PYTHONPATH": str(clone), "PATH": "/usr/bin:/bin"},
                              capture_output=True, text=True, timeout=60, check=False)
-    assert (install.returncode, install.stdout) == (0, f"installed {tmp_path / 'opt/cmk'}\n"), install.stderr
+    assert (install.returncode, install.stdout.splitlines()[0]) == (0, f"installed {tmp_path / 'opt/cmk'}"), \
+        install.stderr
+    assert (tmp_path / "opt/cmk").read_bytes() == pinner.read_bytes()
 
 
 def test_without_a_compiler_the_build_says_cmk_install_will_fail(clone: Path, tmp_path: Path) -> None:

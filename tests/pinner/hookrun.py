@@ -20,6 +20,7 @@ import pytest
 from pinner import hook
 
 CPUSET_ROOT = Path("/sys/fs/cgroup/cpuset")
+CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 # Sleeps in three threads besides the main one, so a test can check every task is pinned.
 THREADED = (
     "import threading, time\n"
@@ -35,17 +36,21 @@ def state(pid: int, bundle: Path) -> str:
                        "annotations": {}})
 
 
-def cmk_hook_entry(cpus: str) -> dict[str, object]:
+def cmk_hook_entry(cpus: str, exclusive: bool = False) -> dict[str, object]:
     """A createRuntime entry as the runtime copies it from one of the daemon's CDI devices."""
-    return {"path": "/opt/bin/cmk", "args": hook.command_line(cpus), "timeout": 10}
+    return {"path": "/opt/bin/cmk", "args": hook.command_line(cpus, exclusive=exclusive), "timeout": 10}
 
 
 def write_config(bundle: Path, cpus: Sequence[str], env: Sequence[str] = ("PATH=/bin",),
-                 other_hooks: Sequence[dict[str, object]] = ()) -> None:
-    """config.json with one ``cmk hook --cpus=`` createRuntime entry per item of ``cpus`` (one per CDI device)."""
+                 other_hooks: Sequence[dict[str, object]] = (), exclusive: Sequence[bool] = ()) -> None:
+    """config.json with one ``cmk hook --cpus=`` createRuntime entry per item of ``cpus`` (one per CDI device).
+
+    ``exclusive[i]`` marks entry i ``--exclusive`` (a whole exclusive core's device).
+    """
     bundle.mkdir(parents=True, exist_ok=True)
+    marks = [*exclusive, *[False] * (len(cpus) - len(exclusive))]
     config = {"ociVersion": "1.0.2", "process": {"args": ["sleep", "inf"], "env": list(env), "cwd": "/"},
-              "hooks": {"createRuntime": [*other_hooks, *(cmk_hook_entry(c) for c in cpus)]}}
+              "hooks": {"createRuntime": [*other_hooks, *(cmk_hook_entry(c, m) for c, m in zip(cpus, marks))]}}
     (bundle / "config.json").write_text(json.dumps(config))
 
 
@@ -86,6 +91,23 @@ def cpuset_cgroup(parent: Path = CPUSET_ROOT, cpus: str | None = None) -> Iterat
             for pid in Path(directory, "cgroup.procs").read_text().split():
                 (CPUSET_ROOT / "cgroup.procs").write_text(pid)  # a leftover goes back to the root
             os.rmdir(directory)
+
+
+@contextmanager
+def cpu_cgroup(quota_us: int, period_us: int = 100_000) -> Iterator[Path]:
+    """A uniquely named v1 cpu cgroup with a CFS quota, as runc makes for ``--cpus``; removed after."""
+    if not os.access(CPU_ROOT / "cpu.cfs_quota_us", os.W_OK):
+        pytest.fail(f"{CPU_ROOT} is not a writable cgroup v1 cpu hierarchy (the quota tests need root and one)")
+    path = CPU_ROOT / f"cmk-hook-test-{uuid.uuid4().hex[:12]}"
+    path.mkdir()
+    try:
+        (path / "cpu.cfs_period_us").write_text(str(period_us))
+        (path / "cpu.cfs_quota_us").write_text(str(quota_us))
+        yield path
+    finally:
+        for pid in (path / "cgroup.procs").read_text().split():
+            (CPU_ROOT / "cgroup.procs").write_text(pid)
+        os.rmdir(path)
 
 
 @contextmanager

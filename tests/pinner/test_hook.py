@@ -8,12 +8,17 @@ cgroup files, while the affinity is still set on a real multi-threaded process.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
+import pytest
+
+from pinner import hook
 from pinner.contract import HOOK_HELP, HookExit
 from tests.pinner.hookrun import (
     THREADED,
+    cpu_cgroup,
     cpus_allowed,
     cpuset_cgroup,
     process_in,
@@ -137,3 +142,62 @@ def test_help_is_the_generated_text(native_cmk: Path) -> None:
     result = run_hook(native_cmk, b"", "--help")
     assert (result.returncode, result.stdout.decode()) == (0, HOOK_HELP)
 
+
+def first_cpu() -> str:
+    return str(min(os.sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize(("marks", "quota"), [
+    ((True,), "-1"),
+    ((True, True), "-1"),
+    ((True, False), "50000"),  # also holds a shared or infra device: keeps its quota
+    ((False,), "50000"),  # the daemon left the mark out (--no-unthrottle-exclusive)
+], ids=["one-exclusive-core", "two-exclusive-cores", "core-and-slot", "unmarked"])
+def test_the_cfs_quota_goes_only_when_every_entry_is_an_exclusive_core(
+        native_cmk: Path, tmp_path: Path, marks: tuple[bool, ...], quota: str) -> None:
+    cpu = first_cpu()
+    write_config(tmp_path, [cpu] * len(marks), exclusive=marks)
+    own = hook.command_line(cpu, exclusive=marks[0])[2:]
+    with cpuset_cgroup() as cpuset, cpu_cgroup(50_000) as cpu_cg, process_in(cpuset) as proc:
+        (cpu_cg / "cgroup.procs").write_text(str(proc.pid))
+        result = run_hook(native_cmk, state(proc.pid, tmp_path), *own)
+        assert (result.returncode, result.stderr) == (0, b"")
+        assert (read_cpus(cpu_cg / "cpu.cfs_quota_us"), read_cpus(cpu_cg / "cpu.cfs_period_us")) == (quota, "100000")
+        assert read_cpus(cpuset / "cpuset.cpus") == cpu
+
+
+def test_cgroup_v2_quota_becomes_max_in_the_same_directory(native_cmk: Path, tmp_path: Path) -> None:
+    bundle, proc_root, cgroup_root = tmp_path / "bundle", tmp_path / "proc", tmp_path / "cgroup2"
+    write_config(bundle, ["0"], exclusive=[True])
+    container = cgroup_root / "kubepods" / "pod1" / "ctr"
+    container.mkdir(parents=True)
+    (container.parent / "cpuset.cpus.effective").write_text("0-1\n")
+    (container.parent / "cpu.max").write_text("200000 100000\n")
+    (container / "cpuset.cpus").write_text("")
+    (container / "cpu.max").write_text("100000 100000\n")
+    with process_in(None) as proc:
+        (proc_root / str(proc.pid)).mkdir(parents=True)
+        (proc_root / str(proc.pid) / "cgroup").write_text("0::/kubepods/pod1/ctr\n")
+        result = run_hook(native_cmk, state(proc.pid, bundle), "--cpus=0", "--exclusive", f"--proc-root={proc_root}",
+                          f"--cgroup-root={cgroup_root}")
+        assert (result.returncode, result.stderr) == (0, b"")
+        assert (container / "cpu.max").read_text() == "max\n"
+        assert (container.parent / "cpu.max").read_text() == "200000 100000\n"  # the pod's quota stays
+
+
+def test_an_unwritable_quota_refuses_the_start_in_one_line(native_cmk: Path, tmp_path: Path) -> None:
+    bundle, proc_root, cgroup_root = tmp_path / "bundle", tmp_path / "proc", tmp_path / "cgroup2"
+    write_config(bundle, ["0"], exclusive=[True])
+    container = cgroup_root / "pod1" / "ctr"
+    container.mkdir(parents=True)
+    (container.parent / "cpuset.cpus.effective").write_text("0-1\n")
+    (container / "cpuset.cpus").write_text("")
+    (container / "cpu.max").mkdir()  # not a regular file
+    with process_in(None) as proc:
+        (proc_root / str(proc.pid)).mkdir(parents=True)
+        (proc_root / str(proc.pid) / "cgroup").write_text("0::/pod1/ctr\n")
+        result = run_hook(native_cmk, state(proc.pid, bundle), "--cpus=0", "--exclusive", f"--proc-root={proc_root}",
+                          f"--cgroup-root={cgroup_root}")
+        assert result.returncode == HookExit.QUOTA
+        assert result.stderr.decode().startswith("cmk hook: error: cannot remove the CFS quota of the container's ")
+        assert result.stderr.count(b"\n") == 1

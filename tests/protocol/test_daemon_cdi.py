@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import signal
 
+import pytest
+
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.host import cdi
 from deviceplugin.model.devices import core_device_ids
@@ -30,11 +32,13 @@ from tests.topologies import fixture_copy
 SPEC_NAME = "cmk.intel.com-cpus.json"
 
 
-def test_spec_has_a_device_per_core_and_slot_pool_each_with_its_cpus_and_outlives_the_daemon(kubelet, plugin_dir,
-                                                                                              tmp_path):
+@pytest.mark.parametrize("unthrottle", [True, False], ids=["cores-marked-exclusive", "no-unthrottle-exclusive"])
+def test_spec_has_a_device_per_core_and_slot_pool_each_with_its_cpus_in_its_hook_and_outlives_the_daemon(
+        kubelet, plugin_dir, tmp_path, unthrottle):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
-                                   install_dir=INSTALL_DIR, plan=PlanOptions(), cdi_dir=tmp_path / "cdi"))
+                                   install_dir=INSTALL_DIR, plan=PlanOptions(), cdi_dir=tmp_path / "cdi",
+                                   unthrottle_exclusive=unthrottle))
     daemon.start()
     try:
         spec = json.loads((tmp_path / "cdi" / SPEC_NAME).read_text())
@@ -43,9 +47,12 @@ def test_spec_has_a_device_per_core_and_slot_pool_each_with_its_cpus_and_outlive
         for pool in daemon.tree.values():
             if pool.pool not in CORE_POOLS:
                 cpus.update((pool.pool.value, device.cpus) for device in pool.devices.values())
+        in_core_pools = {device.id for pool in daemon.tree.values() if pool.pool in CORE_POOLS for device in pool.devices.values()}
         expected = {name: [{"hookName": "createRuntime", "path": f"{INSTALL_DIR}/cmk",
-                            "args": hook.command_line(format_cpu_list(c)), "timeout": 10}]
+                            "args": hook.command_line(format_cpu_list(c), exclusive=unthrottle and name in in_core_pools),
+                            "timeout": 10}]
                     for name, c in cpus.items()}
+        assert in_core_pools  # the Xeon D plan has exclusive cores, so the mark is exercised
         assert {d["name"]: d["containerEdits"]["hooks"] for d in spec["devices"]} == expected
     finally:
         daemon.stop()
@@ -72,7 +79,7 @@ def test_allocate_names_the_cdi_device_of_every_id_and_they_merge(kubelet, plugi
         hooks = {cdi.device_name(d["name"]): d["containerEdits"]["hooks"][0]["args"] for d in spec["devices"]}
         for container in pod.containers:  # the hooks' CPUs are exactly the CPUs the env tells the pinner
             held = parse_cpu_list(",".join(a.removeprefix("--cpus=") for n in container.answer.cdi_devices
-                                           for a in hooks[n][2:]))
+                                           for a in hooks[n][2:] if a.startswith("--cpus=")))
             env = parse_cpu_list(",".join(container.answer.envs.values()))
             assert held == env
         assert kubelet.conflicts() == []

@@ -33,9 +33,9 @@ HOOK = "/opt/bin/cmk"
 SHARED = {"shared": frozenset({1})}
 
 
-def hook_edit(cpus: str) -> dict[str, object]:
+def hook_edit(cpus: str, *marks: str) -> dict[str, object]:
     return {"env": ["CMK_CDI_CONFINED=1"],
-            "hooks": [{"hookName": "createRuntime", "path": HOOK, "args": ["cmk", "hook", f"--cpus={cpus}"],
+            "hooks": [{"hookName": "createRuntime", "path": HOOK, "args": ["cmk", "hook", f"--cpus={cpus}", *marks],
                        "timeout": 10}]}
 
 
@@ -48,6 +48,20 @@ def test_each_device_carries_its_own_cpus_in_its_own_hook() -> None:
             {"name": "shared", "containerEdits": hook_edit("2-4,10")},
         ],
     }
+
+
+def test_only_the_devices_named_exclusive_carry_the_mark() -> None:
+    spec = cdi.build_spec({"cpus-1.9": frozenset({1, 9}), "shared": frozenset({2})}, HOOK, exclusive={"cpus-1.9"})
+    assert [d["containerEdits"] for d in spec["devices"]] == [hook_edit("1,9", "--exclusive"), hook_edit("2")]
+
+
+def test_the_exclusive_devices_are_the_cores_of_both_core_pools(tmp_path: Path) -> None:
+    topology = discover(*fixture_copy("cmk-xeon_d", tmp_path))
+    pools = device_tree(plan_pools(topology, PlanOptions(num_exclusive_cores=2, excl_non_isolcpus=frozenset({4}))),
+                        topology.online)
+    exclusive = cdi.exclusive_devices(pools)
+    assert len(exclusive) == 3 and all(name.startswith("core-") for name in exclusive)
+    assert exclusive == {name for name in cdi.spec_devices(pools) if name not in ("shared", "infra")}
 
 
 def test_device_names_are_fully_qualified() -> None:
@@ -154,6 +168,9 @@ def test_read_spec_returns_what_write_spec_wrote_and_none_for_junk(tmp_path: Pat
     (tmp_path / cdi.SPEC_FILE_NAME).write_text("{not json")
     assert cdi.read_spec(tmp_path) is None
     assert cdi.read_spec(tmp_path / "missing") is None
+    (tmp_path / cdi.SPEC_FILE_NAME).unlink()
+    os.mkfifo(tmp_path / cdi.SPEC_FILE_NAME)  # never opened for writing: a blocking read would hang
+    assert cdi.read_spec(tmp_path) is None
 
 
 def test_numa_local_slots_name_their_own_nodes_device_whose_hook_has_that_nodes_cpus() -> None:
@@ -174,3 +191,11 @@ def test_numa_local_slots_name_their_own_nodes_device_whose_hook_has_that_nodes_
         answer = allocate_answer(shared, ids, install_dir="/opt/cmk", cdi=True)
         assert answer.cdi_devices == (f"cmk.intel.com/cpus=shared-n{n}",)
         assert parse_cpu_list(answer.envs["CMK_CPUS_SHARED"]) == on_node[n]
+
+
+def test_unthrottling_is_on_by_default_and_off_by_flag_or_config(tmp_path: Path):
+    (tmp_path / "cmk.yaml").write_text("unthrottle-exclusive: false\n")
+    parse = build_parser().parse_args
+    assert apply_config(parse(["device-plugin"]), {}).unthrottle_exclusive is True
+    assert apply_config(parse(["device-plugin", "--no-unthrottle-exclusive"]), {}).unthrottle_exclusive is False
+    assert apply_config(parse(["device-plugin"]), load_config(tmp_path / "cmk.yaml")).unthrottle_exclusive is False

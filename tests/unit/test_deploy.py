@@ -172,8 +172,14 @@ def test_daemon_mounts_kubelet_dirs_install_dir_and_nfd_dir_but_not_host_sys(kus
     assert not [arg for arg in daemon_container(kustomization)["args"] if arg.startswith("--sysfs-root")]
     (install,) = spec["initContainers"]
     assert install["args"][0] == "install"
-    (install_mount,) = install["volumeMounts"]
-    assert host_paths[install_mount["name"]] == "/opt/bin" and not install_mount.get("readOnly")
+    install_mounts = {m["mountPath"]: m for m in install["volumeMounts"]}
+    assert host_paths[install_mounts["/opt/bin"]["name"]] == "/opt/bin" and not install_mounts["/opt/bin"].get("readOnly")
+    # the node-wide hook: its declaration into the runtime's hooks.d, its record planned from the daemon's config
+    hooks = install_mounts["/etc/containers/oci/hooks.d"]
+    assert host_paths[hooks["name"]] == "/etc/containers/oci/hooks.d" and not hooks.get("readOnly")
+    assert install_mounts["/etc/cmk"]["name"] == mounts["/etc/cmk"]["name"]
+    assert install["args"][1:] == ["--install-dir", "/opt/bin", "--hooks-dir", "/etc/containers/oci/hooks.d",
+                                   "--config", "/etc/cmk/config.yaml"]
 
 
 def test_cdi_dir_is_mounted_in_base_and_dropped_with_cdi_off() -> None:
@@ -299,3 +305,22 @@ def test_guaranteed_example_requests_the_cpu_of_its_cores() -> None:
     assert cores == 2
     assert int(resources["limits"]["cpu"]) == 2 * cores  # both threads of each SMT core
     assert _pinner_pool(container) == str(Pool.EXCLUSIVE)
+
+
+@pytest.mark.parametrize("kustomization", ["base", "overlays/node-group-large"])
+def test_only_prometheus_reaches_the_metrics_port(kustomization: str) -> None:
+    daemons = objects("DaemonSet", kustomization)
+    policies = objects("NetworkPolicy", kustomization)
+    assert len(policies) == 1
+    policy = policies[0]["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    selected = policy["podSelector"]["matchLabels"].items()
+    for daemon in daemons:  # every daemon pod is selected, so all its other ingress is denied
+        assert selected <= daemon["spec"]["template"]["metadata"]["labels"].items()
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    (source,) = rule["from"]
+    assert source["namespaceSelector"]["matchLabels"] and source["podSelector"]["matchLabels"]
+    ports = {port["name"] for daemon in daemons for c in daemon["spec"]["template"]["spec"]["containers"]
+             for port in c.get("ports", [])}
+    assert ports == {"metrics"}

@@ -14,7 +14,8 @@ SAMPLES = {
     "excl-non-isolcpus": "4-5,12", "shared-slots": "7", "infra-slots": "9", "install-dir": "/usr/local/cmk",
     "kubelet-dir": "/k/device-plugins", "sysfs-root": "/dump/sys", "procfs-root": "/dump/proc", "cdi": "false",
     "cdi-dir": "/run/cdi", "metrics-address": "127.0.0.1:9464", "pod-resources-socket": "/k/pr.sock",
-    "nfd": "false", "nfd-features-dir": "/nfd", "slot-scope": "numa-node",
+    "nfd": "false", "nfd-features-dir": "/nfd", "slot-scope": "numa-node", "unthrottle-exclusive": "false",
+    "infra-record": "false",
 }
 
 

@@ -207,3 +207,31 @@ def test_bad_input_is_one_line_without_traceback(args, message):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_each_runtime_gets_the_node_wide_hook_cmk_install_declares():
+    topology = build_topology(SMT8)
+    host = HostOptions(runtimes=("crio", "containerd"), install_dir="/usr/local/cmk", hooks_dir="/etc/cmk/hooks.d")
+    files = {f.path: f.content for f in host_config(topology, PlanOptions(), host).runtime_config}
+    crio = files["/etc/crio/crio.conf.d/90-cmk-node-wide.conf"]
+    assert '[crio.runtime]\nhooks_dir = ["/etc/cmk/hooks.d", "/usr/share/containers/oci/hooks.d"]\n' in crio
+    toml = files["/etc/containerd/config.toml"]
+    assert ('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+            '  base_runtime_spec = "/etc/containerd/cmk-base-spec.json"\n') in toml
+    assert '# [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n' in toml  # containerd 2.x
+    entry = json.loads(files["/etc/containerd/cmk-base-spec.json"].splitlines()[-1])
+    assert entry == {"path": "/usr/local/cmk/cmk", "args": ["cmk", "hook", "--node-wide=/usr/local/cmk/cmk-infra-cpus"],
+                     "timeout": 10}
+    only_crio = host_config(topology, PlanOptions(), HostOptions(runtimes=("crio",))).runtime_config
+    assert [f.path for f in only_crio] == ["/etc/crio/crio.conf.d/90-cmk-node-wide.conf"]
+
+
+def test_the_cli_prints_the_runtime_section_in_text_and_json():
+    text = cmk("host-config", "--runtime", "crio")
+    assert text.returncode == 0, text.stderr
+    assert "## Container runtime: the node-wide hook" in text.stdout
+    assert 'hooks_dir = ["/etc/containers/oci/hooks.d", "/usr/share/containers/oci/hooks.d"]' in text.stdout
+    data = json.loads(cmk("host-config", "--runtime", "containerd", "-o", "json").stdout)
+    assert [f["path"] for f in data["runtime_config"]] == ["/etc/containerd/config.toml",
+                                                           "/etc/containerd/cmk-base-spec.json"]
+    assert cmk("host-config", "--hooks-dir", "relative").returncode == 2

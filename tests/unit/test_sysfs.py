@@ -346,7 +346,7 @@ def test_a_folder_where_a_file_should_be_names_the_path(tmp_path: Path) -> None:
     path = _cpu(roots, "cpu1/topology/physical_package_id")
     path.unlink()
     path.mkdir()
-    with pytest.raises(CmkError, match=rf"cannot read {path}: Is a directory"):
+    with pytest.raises(CmkError, match=rf"cannot read {path}: it is a directory, not a regular file"):
         discover(roots.sysfs, roots.procfs)
 
 

@@ -1,0 +1,93 @@
+"""What the node-wide hook adds to every container start (it runs for all of them: target under 1 ms).
+
+Two measurements, each side by side with its baseline, interleaved so drift
+hits both alike:
+
+- the hook alone: spawn to exit of ``cmk hook --node-wide=RECORD`` confining a
+  real process in a real cpuset cgroup to the record's CPUs (what the runtime
+  waits for at createRuntime), beside spawning ``/bin/true`` the same way;
+- a whole start: ``podman run --rm IMAGE /bin/true`` under runc, plain, with
+  ``--hooks-dir`` holding a declaration of ``/bin/true`` (what any hook costs
+  podman and runc), and with the node-wide declaration (podman runs it as
+  CRI-O does); the differences are within podman's own noise.
+
+    python benchmarks/nodewide_start.py [--runs 50] [--hook-runs 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=50, help="podman runs of each kind (default: 50)")
+    parser.add_argument("--hook-runs", type=int, default=300, help="direct hook runs (default: 300)")
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.cdi_start import report, timed
+    from deviceplugin.host import nodewide
+    from deviceplugin.host.install import install_pinner
+    from pinner import hook
+    from pinner.build import DEFAULT_OUTPUT, build
+    from tests.e2e.podman import PODMAN, RUN, busybox_image
+    from tests.pinner.hookrun import cpuset_cgroup, process_in, state, write_config
+
+    if not DEFAULT_OUTPUT.is_file():
+        build(DEFAULT_OUTPUT)
+    infra = frozenset({min(os.sched_getaffinity(0))})
+    with tempfile.TemporaryDirectory(prefix="cmk-nodewide-bench-") as work:
+        work_dir = Path(work)
+        binary = install_pinner(DEFAULT_OUTPUT, work_dir / "opt-bin")
+        nodewide.write_record(work_dir / "opt-bin", infra)
+        record = str(nodewide.record_path(work_dir / "opt-bin"))
+        hooks_dir, noop_dir = work_dir / "hooks.d", work_dir / "noop-hooks.d"
+        nodewide.write_declaration(hooks_dir, str(binary), record)
+        noop = nodewide.declaration("/bin/true", record)
+        noop["hook"]["args"] = ["true"]
+        noop_dir.mkdir()
+        (noop_dir / nodewide.DECLARATION_NAME).write_text(json.dumps(noop))
+
+        bundle = work_dir / "bundle"
+        write_config(bundle, [], other_hooks=[nodewide.hook_entry(str(binary), record)])
+        spawn, confine = "spawn /bin/true", "spawn cmk hook --node-wide (cgroup + affinity)"
+        direct: dict[str, list[float]] = {spawn: [], confine: []}
+        with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
+            stdin = state(proc.pid, bundle).encode()
+            argv = [str(binary), *hook.node_wide_command_line(record)[1:]]
+            for _ in range(args.hook_runs):
+                direct[spawn].append(timed(["/bin/true"], stdin))
+                direct[confine].append(timed(argv, stdin))
+        report(f"the node-wide hook alone ({args.hook_runs} runs each, interleaved):", direct, spawn, confine)
+
+        with busybox_image("cmk-nodewide-bench") as image:
+            def command(hooks: Path | None) -> list[str]:
+                flags = ["--hooks-dir", str(hooks)] if hooks else []
+                return [*PODMAN, *flags, *RUN[len(PODMAN):], "--rm", image, "/bin/true"]
+
+            kinds = {"podman run --rm /bin/true": command(None),
+                     "... with a /bin/true hook (--hooks-dir)": command(noop_dir),
+                     "... with the node-wide hook (--hooks-dir)": command(hooks_dir)}
+            for argv in kinds.values():
+                timed(argv)  # warm podman's caches for each
+            runs: dict[str, list[float]] = {name: [] for name in kinds}
+            for _ in range(args.runs):
+                for name, argv in kinds.items():
+                    runs[name].append(timed(argv))
+        base, noop_name, ours = kinds
+        report(f"container start, podman + runc ({args.runs} runs each, interleaved):", runs, base, ours)
+        print(f"  beside a /bin/true hook: {statistics.median(runs[ours]) * 1000 - statistics.median(runs[noop_name]) * 1000:+.2f} ms median")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The node-wide hook confines every container under podman + runc with ``--hooks-dir``, checked from the host.
+
+The hooks.d declaration and the infra record are the real ``cmk install``'s
+files' shape (:mod:`deviceplugin.host.nodewide`), in a temporary hooks dir and
+record: the highest CPU's core plays the exclusive pool, every other CPU infra.
+An ordinary container (no CDI device) must end on the infra CPUs and stay
+there; a pinned one (a core's CDI device) gets its core; a noisy ordinary
+container's threads are sampled from ``/proc/PID/task/*/stat`` and never run
+on the exclusive core, against a baseline without the hook that does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from deviceplugin.host import nodewide
+from pinner import hook
+from pinner.cpulist import format_cpu_list, parse_cpu_list
+from tests.e2e.podman import (
+    container_pid,
+    descendants,
+    hook_devices,
+    last_cpus,
+    podman,
+    run_with_hooks,
+    weighty_cgroup_parent,
+)
+from tests.e2e.test_cdi_podman import host_view, plan_cpus
+
+pytestmark = pytest.mark.e2e
+
+SLEEPER = ("sh", "-c", "echo ready; exec sleep inf")
+NOISY = ("sh", "-c", "(while :; do :; done) & (while :; do :; done) & echo ready; while :; do :; done")
+
+
+@dataclass(frozen=True)
+class NodeWide:
+    hooks_dir: Path
+    core: str  # the exclusive core's CPUs
+    infra: str  # the record's CPUs
+    kind: str  # a CDI kind whose device "core" carries the core's hook, as the daemon writes it
+
+
+@pytest.fixture(scope="module")
+def node(install_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeWide]:
+    core, infra = plan_cpus()
+    work = tmp_path_factory.mktemp("nodewide")
+    hooks_dir, record_dir = work / "hooks.d", work / "record"
+    record_dir.mkdir()
+    nodewide.write_record(record_dir, infra)
+    nodewide.write_declaration(hooks_dir, str(install_dir / "cmk"), str(nodewide.record_path(record_dir)))
+    devices = {"core": hook.command_line(format_cpu_list(core), exclusive=True)}
+    with hook_devices(install_dir / "cmk", devices) as kind:
+        yield NodeWide(hooks_dir, format_cpu_list(core), format_cpu_list(infra), kind)
+
+
+def start(hooks_dir: Path | None, name: str, image: str, *args: str) -> int:
+    result = run_with_hooks(hooks_dir, "-d", "--name", name, *args, image, *SLEEPER, check=False)
+    assert result.returncode == 0, result.stderr
+    return container_pid(name)
+
+
+def test_an_ordinary_container_is_born_on_the_infra_cpus(node: NodeWide, image: str, container_name: str) -> None:
+    start(node.hooks_dir, container_name, image)
+    _, allowed, cpus = host_view(container_name)
+    assert (allowed, cpus) == (node.infra, node.infra)
+
+
+def test_taskset_inside_an_ordinary_container_cannot_reach_an_exclusive_core(node: NodeWide, image: str,
+                                                                            container_name: str) -> None:
+    start(node.hooks_dir, container_name, image)
+    reach = podman("exec", container_name, "taskset", "-c", node.core, "true", check=False)
+    assert reach.returncode != 0
+    mask = format(sum(1 << c for c in parse_cpu_list(node.core) | parse_cpu_list(node.infra)), "x")
+    podman("exec", container_name, "taskset", "-p", mask, "1")  # asking for every CPU gets the cpuset's only
+    _, allowed, cpus = host_view(container_name)
+    assert (allowed, cpus) == (node.infra, node.infra)
+
+
+def test_a_pinned_container_gets_its_pool(node: NodeWide, image: str, container_name: str) -> None:
+    start(node.hooks_dir, container_name, image, "--device", f"{node.kind}=core")
+    _, allowed, cpus = host_view(container_name)
+    assert (allowed, cpus) == (node.core, node.core)
+
+
+def samples_on(hooks_dir: Path | None, image: str, name: str, cpus: frozenset[int], seconds: float = 3.0) -> tuple[int, int]:
+    """(samples of a noisy container's threads on ``cpus``, all samples), sampled every 10 ms for ``seconds``."""
+    with weighty_cgroup_parent() as parent:
+        try:
+            result = run_with_hooks(hooks_dir, "-d", "--name", name, "--cgroup-parent", parent, image, *NOISY,
+                                    check=False)
+            assert result.returncode == 0, result.stderr
+            pid = container_pid(name)
+            time.sleep(0.2)  # the loops have forked
+            hits = total = 0
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                for process in descendants(pid):
+                    try:
+                        ran = last_cpus(process)
+                    except FileNotFoundError:
+                        continue
+                    hits += sum(1 for cpu in ran if cpu in cpus)
+                    total += len(ran)
+                time.sleep(0.01)
+            return hits, total
+        finally:
+            podman("rm", "-f", "-t", "0", name, check=False)
+
+
+def test_a_noisy_ordinary_container_never_runs_on_an_exclusive_core(node: NodeWide, image: str,
+                                                                    container_name: str) -> None:
+    exclusive = parse_cpu_list(node.core)
+    baseline, baseline_total = samples_on(None, image, container_name, exclusive)
+    confined, confined_total = samples_on(node.hooks_dir, image, container_name + "-hook", exclusive)
+    print(f"samples on exclusive CPUs {node.core}: baseline {baseline} of {baseline_total}, "
+          f"with the node-wide hook {confined} of {confined_total}")
+    assert baseline > 0 and baseline_total > 0  # without the hook the scheduler uses the exclusive core
+    assert confined == 0 and confined_total > 0
