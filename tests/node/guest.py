@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+import urllib.request
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -42,6 +44,7 @@ RESOURCES = {
     "exclusive-non-isolcpus": "cmk.intel.com/exclusive-non-isolcpus-cores",
 }
 ENV = {"exclusive": "CMK_CPUS_EXCLUSIVE", "shared": "CMK_CPUS_SHARED", "infra": "CMK_CPUS_INFRA"}
+METRICS_ADDRESS = "127.0.0.1:9464"
 WAIT_SECONDS = 120.0  # TCG on a loaded 2-CPU machine is slow; this bounds a hang, not a speed
 
 
@@ -114,6 +117,7 @@ class Node:
         self.install_dir = install_dir  # `cmk install` ran on the host: the guest's root is read-only
         self.cdi_dir = work / "cdi"
         self.log = work / "daemon.log"
+        self.pod_resources_socket = work / "podres.sock"
         self.kubelet: Kubelet | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.served: set[str] = set()
@@ -129,7 +133,8 @@ class Node:
             self.process = subprocess.Popen(
                 self.cmk("device-plugin", "--kubelet-dir", str(self.plugin_dir), "--install-dir",
                          str(self.install_dir), "--cdi-dir", str(self.cdi_dir), "--no-nfd", "--log-level", "INFO",
-                         *self.shape.pool_flags),
+                         "--pod-resources-socket", str(self.pod_resources_socket),
+                         "--metrics-address", METRICS_ADDRESS, *self.shape.pool_flags),
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
     def connect(self) -> None:
@@ -142,7 +147,7 @@ class Node:
         """
         from deviceplugin.standin import Kubelet
 
-        kubelet = self.kubelet = Kubelet(self.plugin_dir, seed=0)
+        kubelet = self.kubelet = Kubelet(self.plugin_dir, pod_resources_socket=self.pod_resources_socket, seed=0)
         kubelet.start()
         deadline = time.monotonic() + WAIT_SECONDS
         while not list(self.cdi_dir.glob("*.json")) and time.monotonic() < deadline:
@@ -492,6 +497,59 @@ def check_no_reboot(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -
     return f"reboot_needed false; current isolcpus {answer['current_isolcpus']}; notes {answer['notes']}"
 
 
+def _unheld_busy_seconds(cpu: int) -> float:
+    """The daemon's ``cmk_cpu_unheld_busy_seconds_total`` of ``cpu`` (0 while it has no series)."""
+    with urllib.request.urlopen(f"http://{METRICS_ADDRESS}/metrics", timeout=WAIT_SECONDS) as answer:
+        text = answer.read().decode()
+    found = re.search(rf'^cmk_cpu_unheld_busy_seconds_total{{[^}}]*cpu="{cpu}"[^}}]*}} (\S+)$', text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def check_usage(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    """A busy loop on an exclusive CPU no container holds shows as a leak in /metrics and describe; a held core does not.
+
+    One loop only: under TCG each spinning vCPU takes a whole host CPU, and
+    describe needs one left to start in time.
+    """
+    assert node.kubelet is not None
+    pod = admit(node, "usage", {"c": {RESOURCES["exclusive"]: 1}})
+    try:
+        held = cpus(pod.container("c").answer.envs[ENV["exclusive"]])
+        free = sorted(cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]]) - held)
+        expect(bool(free), f"no exclusive CPU is left unheld beside {show(held)}")
+        leak = free[0]
+        before = _unheld_busy_seconds(leak)  # this scrape starts the daemon's leak count
+        loop = subprocess.Popen(["taskset", "-c", str(leak), "sh", "-c", "while :; do :; done"])
+        try:
+            args = ["describe", *node.shape.pool_flags, "--pod-resources-socket", str(node.pod_resources_socket),
+                    "--usage-window", "2", "--output", "json"]
+            done = subprocess.run([sys.executable, "-m", "deviceplugin", *args], cwd=REPO, capture_output=True,
+                                  text=True, timeout=3 * WAIT_SECONDS, check=False)
+            counted = _unheld_busy_seconds(leak) - before
+            held_counted = sum(_unheld_busy_seconds(cpu) for cpu in held)
+        finally:
+            loop.kill()
+            loop.wait()
+    finally:
+        node.kubelet.delete_pod("usage")
+    expect(done.returncode == 0, f"cmk describe: exit {done.returncode}: {done.stderr.strip()}")
+    expect(counted > 0.5, f"cmk_cpu_unheld_busy_seconds_total of CPU {leak} grew {counted} s while it spun unheld")
+    expect(held_counted == 0, f"the held CPUs {show(held)} counted {held_counted} s of leak")
+    usage = json.loads(done.stdout)["usage"]
+    expect(usage["available"] and usage["holdings_known"], f"describe's usage: {usage}")
+    pools = {p["pool"]: cpus(p["cpus"]) for p in usage["pools"]}
+    served = {k: cpus(v["envs"][ENV[k]]) for k, v in node.answers.items()}
+    expect(all(pools.get(k) == v for k, v in served.items()), f"describe's usage pools {pools}, served {served}")
+    leaks = {entry["cpu"]: entry["busy_percent"] for entry in usage["leaks"]}
+    expect(leaks.get(leak, 0) >= 20, f"describe's leaks {leaks} lack the spinning unheld CPU {leak}")
+    expect(not held & leaks.keys(), f"describe's leaks {leaks} name the held CPUs {show(held)}")
+    figures["usage"] = {"leak_cpu": leak, "metrics_unheld_seconds": round(counted, 2), "describe_leaks": leaks,
+                        "device_irqs_per_second": {e["cpu"]: e["device_interrupts_per_second"]
+                                                   for e in usage["interrupted"]}}
+    return (f"unheld CPU {leak}: {counted:.2f} s of leak in /metrics, {leaks[leak]} % busy in describe; "
+            f"held {show(held)}: none; device IRQs/s on isolated or exclusive CPUs {figures['usage']['device_irqs_per_second']}")
+
+
 CHECKS: dict[str, Callable[..., str]] = {
     shapes.KERNEL: check_kernel,
     shapes.DEVICES: check_devices,
@@ -504,13 +562,15 @@ CHECKS: dict[str, Callable[..., str]] = {
     shapes.HOST_CONFIG: check_host_config,
     shapes.DESCRIBE: check_describe,
     shapes.NO_REBOOT: check_no_reboot,
+    shapes.USAGE: check_usage,
 }
 #: Checks that need the daemon serving.
 NEEDS_DAEMON = {shapes.DEVICES, shapes.POOLS, shapes.HOTPLUG, shapes.STATIC_PINNER, shapes.PYTHON_PINNER,
-                shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG}
+                shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG, shapes.USAGE}
 #: The order that lets later checks use earlier answers (pinners and hooks use the pools' answers).
 ORDER = [shapes.KERNEL, shapes.POOLS, shapes.DEVICES, shapes.HOST_CONFIG, shapes.STATIC_PINNER,
-         shapes.PYTHON_PINNER, shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOTPLUG, shapes.DESCRIBE, shapes.NO_REBOOT]
+         shapes.PYTHON_PINNER, shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOTPLUG, shapes.USAGE, shapes.DESCRIBE,
+         shapes.NO_REBOOT]
 
 
 def progress(message: str) -> None:

@@ -24,6 +24,7 @@ HOOK_CRUN = "hook_confines_a_crun_container_on_cgroup_v2"
 HOST_CONFIG = "host_config_plans_the_served_pools"
 DESCRIBE = "describe_reports_the_pools_host_config_planned"
 NO_REBOOT = "host_config_says_no_reboot_is_needed"
+USAGE = "metrics_and_describe_show_a_leak_onto_an_unheld_exclusive_cpu"
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ NUMA_SMT_ISOLCPUS = Shape(
     numa=(("1G", "0-3"), ("1G", "4-7")),
     cmdline="isolcpus=managed_irq,domain,2-7 nohz_full=2-7",
     pool_flags=POOL_FLAGS,
-    checks=(KERNEL, DEVICES, POOLS, HOTPLUG, STATIC_PINNER, PYTHON_PINNER, HOOK_RUNC, HOOK_CRUN, HOST_CONFIG),
+    checks=(KERNEL, DEVICES, POOLS, HOTPLUG, STATIC_PINNER, PYTHON_PINNER, HOOK_RUNC, HOOK_CRUN, HOST_CONFIG, USAGE),
     isolated="2-7",
     numa_nodes=2,
     threads_per_core=2,
