@@ -17,40 +17,16 @@ millisecond is well inside podman's own run-to-run noise.
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
+import os
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME_CDI_DIR = Path("/var/run/cdi")
-CPU = "1"
-
-
-def timed(argv: list[str], stdin: bytes | None = None) -> float:
-    start = time.perf_counter()
-    result = subprocess.run(argv, input=stdin, capture_output=True, check=False)
-    elapsed = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"benchmark command failed: {' '.join(argv)}: {result.stderr.decode().strip()}")
-    return elapsed
-
-
-def figures(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered) * 1000, ordered[int(0.9 * (len(ordered) - 1))] * 1000
-
-
-def report(title: str, rows: dict[str, list[float]], base: str, other: str) -> None:
-    print(title)
-    for name, samples in rows.items():
-        median, p90 = figures(samples)
-        print(f"  {name:<34} median {median:8.2f} ms   p90 {p90:8.2f} ms")
-    base_median, other_median = figures(rows[base])[0], figures(rows[other])[0]
-    print(f"  added by the hook: {other_median - base_median:+.2f} ms median, ratio {other_median / base_median:.3f}x")
+#: The core the CDI device confines to: the highest CPU this process may use (any machine).
+CPU = str(max(os.sched_getaffinity(0)))
 
 
 def main() -> int:
@@ -60,28 +36,18 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT))
+    from benchmarks.starts import hook_alone, installed_pinner, interleaved, report
     from deviceplugin.host import cdi
-    from deviceplugin.host.install import install_pinner
-    from pinner.build import DEFAULT_OUTPUT, build
     from tests.e2e.podman import RUN, busybox_image
-    from tests.pinner.hookrun import cpuset_cgroup, process_in, state, write_config
+    from tests.pinner.hookrun import write_config
 
-    if not DEFAULT_OUTPUT.is_file():
-        build(DEFAULT_OUTPUT)
     with tempfile.TemporaryDirectory(prefix="cmk-cdi-bench-") as work:
         work_dir = Path(work)
-        binary = install_pinner(DEFAULT_OUTPUT, work_dir / "opt-bin")
-
+        binary = installed_pinner(work_dir)
         bundle = work_dir / "bundle"
-        write_config(bundle, [str(CPU)])
-        direct: dict[str, list[float]] = {"spawn /bin/true": [], "spawn cmk hook (cgroup + affinity)": []}
-        with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
-            stdin = state(proc.pid, bundle).encode()
-            for _ in range(args.hook_runs):
-                direct["spawn /bin/true"].append(timed(["/bin/true"], stdin))
-                direct["spawn cmk hook (cgroup + affinity)"].append(timed([str(binary), "hook", f"--cpus={CPU}"], stdin))
-        report(f"the hook alone ({args.hook_runs} runs each, interleaved):", direct, "spawn /bin/true",
-               "spawn cmk hook (cgroup + affinity)")
+        write_config(bundle, [CPU])
+        hook_alone("spawn cmk hook (cgroup + affinity)", [str(binary), "hook", f"--cpus={CPU}"], bundle,
+                   args.hook_runs)
 
         spec = cdi.write_spec(cdi.build_spec({f"cpus-{CPU}": frozenset({CPU})}, str(binary)), work_dir / "cdi")
         RUNTIME_CDI_DIR.mkdir(parents=True, exist_ok=True)
@@ -89,14 +55,11 @@ def main() -> int:
         link.symlink_to(spec)
         try:
             with busybox_image("cmk-bench") as image:
-                plain = [*RUN, "--rm", "-e", f"CMK_CPUS_EXCLUSIVE={CPU}", image, "/bin/true"]
-                device = [*RUN, "--rm", "--device", cdi.device_name(f"cpus-{CPU}"), "-e", f"CMK_CPUS_EXCLUSIVE={CPU}",
-                          image, "/bin/true"]
-                timed(plain), timed(device)  # warm podman's caches for both
-                runs: dict[str, list[float]] = {"podman run --rm /bin/true": [], "... with the CDI device": []}
-                for _ in range(args.runs):
-                    runs["podman run --rm /bin/true"].append(timed(plain))
-                    runs["... with the CDI device"].append(timed(device))
+                env = ["-e", f"CMK_CPUS_EXCLUSIVE={CPU}"]
+                runs = interleaved({"podman run --rm /bin/true": [*RUN, "--rm", *env, image, "/bin/true"],
+                                    "... with the CDI device": [*RUN, "--rm", "--device",
+                                                                cdi.device_name(f"cpus-{CPU}"), *env, image,
+                                                                "/bin/true"]}, args.runs)
         finally:
             link.unlink()
         report(f"container start, podman + runc ({args.runs} runs each, interleaved):", runs,

@@ -34,22 +34,18 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT))
-    from benchmarks.cdi_start import report, timed
+    from benchmarks.starts import hook_alone, installed_pinner, interleaved, report
     from deviceplugin.host import nodewide
-    from deviceplugin.host.install import install_pinner
     from pinner import hook
-    from pinner.build import DEFAULT_OUTPUT, build
     from tests.e2e.podman import PODMAN, RUN, busybox_image
-    from tests.pinner.hookrun import cpuset_cgroup, process_in, state, write_config
+    from tests.pinner.hookrun import write_config
 
-    if not DEFAULT_OUTPUT.is_file():
-        build(DEFAULT_OUTPUT)
     infra = frozenset({min(os.sched_getaffinity(0))})
     with tempfile.TemporaryDirectory(prefix="cmk-nodewide-bench-") as work:
         work_dir = Path(work)
-        binary = install_pinner(DEFAULT_OUTPUT, work_dir / "opt-bin")
-        nodewide.write_record(work_dir / "opt-bin", infra)
-        record = str(nodewide.record_path(work_dir / "opt-bin"))
+        binary = installed_pinner(work_dir)
+        nodewide.write_record(binary.parent, infra)
+        record = str(nodewide.record_path(binary.parent))
         hooks_dir, noop_dir = work_dir / "hooks.d", work_dir / "noop-hooks.d"
         nodewide.write_declaration(hooks_dir, str(binary), record)
         noop = nodewide.declaration("/bin/true", record)
@@ -59,31 +55,18 @@ def main() -> int:
 
         bundle = work_dir / "bundle"
         write_config(bundle, [], other_hooks=[nodewide.hook_entry(str(binary), record)])
-        spawn, confine = "spawn /bin/true", "spawn cmk hook --node-wide (cgroup + affinity)"
-        direct: dict[str, list[float]] = {spawn: [], confine: []}
-        with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
-            stdin = state(proc.pid, bundle).encode()
-            argv = [str(binary), *hook.node_wide_command_line(record)[1:]]
-            for _ in range(args.hook_runs):
-                direct[spawn].append(timed(["/bin/true"], stdin))
-                direct[confine].append(timed(argv, stdin))
-        report(f"the node-wide hook alone ({args.hook_runs} runs each, interleaved):", direct, spawn, confine)
+        hook_alone("spawn cmk hook --node-wide (cgroup + affinity)",
+                   [str(binary), *hook.node_wide_command_line(record)[1:]], bundle, args.hook_runs)
 
         with busybox_image("cmk-nodewide-bench") as image:
             def command(hooks: Path | None) -> list[str]:
                 flags = ["--hooks-dir", str(hooks)] if hooks else []
                 return [*PODMAN, *flags, *RUN[len(PODMAN):], "--rm", image, "/bin/true"]
 
-            kinds = {"podman run --rm /bin/true": command(None),
-                     "... with a /bin/true hook (--hooks-dir)": command(noop_dir),
-                     "... with the node-wide hook (--hooks-dir)": command(hooks_dir)}
-            for argv in kinds.values():
-                timed(argv)  # warm podman's caches for each
-            runs: dict[str, list[float]] = {name: [] for name in kinds}
-            for _ in range(args.runs):
-                for name, argv in kinds.items():
-                    runs[name].append(timed(argv))
-        base, noop_name, ours = kinds
+            runs = interleaved({"podman run --rm /bin/true": command(None),
+                                "... with a /bin/true hook (--hooks-dir)": command(noop_dir),
+                                "... with the node-wide hook (--hooks-dir)": command(hooks_dir)}, args.runs)
+        base, noop_name, ours = runs
         report(f"container start, podman + runc ({args.runs} runs each, interleaved):", runs, base, ours)
         print(f"  beside a /bin/true hook: {statistics.median(runs[ours]) * 1000 - statistics.median(runs[noop_name]) * 1000:+.2f} ms median")
     return 0
