@@ -17,7 +17,11 @@ from typing import Any
 
 from api.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
-from deviceplugin.host.install import DEFAULT_INSTALL_DIR, install_dir_problem
+from deviceplugin.host.install import (
+    DEFAULT_INSTALL_DIR,
+    hooks_dir_problem,
+    install_dir_problem,
+)
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
 from deviceplugin.model.limits import (
     MAX_CPUS,
@@ -57,13 +61,16 @@ def cpu_set(text: str) -> frozenset[int]:
         raise argparse.ArgumentTypeError(f"{err} (expected e.g. 4-5,12-13)") from None
 
 
-def absolute_dir(text: str) -> str:
-    """An absolute host directory that is not mounted into containers (e.g. a hooks.d directory)."""
-    if not text.isprintable():
-        raise argparse.ArgumentTypeError(f"must not hold control characters (newline, NUL...), got {text[:80]!r}")
-    if not text.startswith("/"):
-        raise argparse.ArgumentTypeError(f"must be an absolute host path, got {text!r}")
-    return text
+def hooks_dir(text: str) -> str:
+    """A hooks.d directory the runtime reads by its absolute path (not mounted into containers)."""
+    try:
+        return hooks_dir_problem(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def hooks_dir_path(text: str) -> Path:
+    return Path(hooks_dir(text))
 
 
 def host_dir(text: str) -> str:
@@ -298,7 +305,7 @@ OBSERVE = FlagGroup("observability", (
 
 #: ``cmk install``'s own flags; it plans the infra record with ``ROOTS`` and ``PLAN`` too.
 INSTALL = FlagGroup(None, (
-    Flag(name="hooks-dir", parse=Path, repeat=True, metavar="DIR",
+    Flag(name="hooks-dir", parse=hooks_dir_path, repeat=True, metavar="DIR",
          help="also write the node-wide hook's declaration into this OCI hooks.d directory "
               "(podman, CRI-O's hooks_dir; repeatable)"),
     Flag(name="config", parse=Path, metavar="FILE",

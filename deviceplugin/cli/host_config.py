@@ -8,8 +8,8 @@ import json
 from deviceplugin.cli.flags import (
     PLAN,
     ROOTS,
-    absolute_dir,
     add_flags,
+    hooks_dir,
     host_dir,
     plan_options,
     slots,
@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "(repeatable; default: all)")
     group.add_argument("--install-dir", type=host_dir, default="/opt/bin", metavar="DIR",
                        help="where cmk install put the hook and its infra record (default: /opt/bin)")
-    group.add_argument("--hooks-dir", type=absolute_dir, default=DEFAULT_HOOKS_DIR, metavar="DIR",
+    group.add_argument("--hooks-dir", type=hooks_dir, default=DEFAULT_HOOKS_DIR, metavar="DIR",
                        help=f"the hooks.d directory given to cmk install --hooks-dir (default: {DEFAULT_HOOKS_DIR})")
     parser.add_argument("--output", "-o", choices=("text", "json"), default="text",
                         help="output format (default: text)")

@@ -29,15 +29,12 @@ SYSTEM_DIRS = frozenset({
 SYSTEM_TREES = ("/proc/", "/sys/", "/dev/", "/etc/", "/boot/", "/root/", "/home/", "/run/", "/var/run/",
                 "/var/lib/kubelet/", "/var/lib/containerd/", "/var/lib/containers/")
 _MAX_PATH = 4095  # PATH_MAX less the NUL
+#: The system trees' roots themselves, as directories.
+_SYSTEM_ROOTS = frozenset(tree.rstrip("/") for tree in SYSTEM_TREES)
 
 
-def install_dir_problem(text: str) -> str:
-    """``text`` if it is fit to be the install dir, else ValueError saying why (pure: no I/O).
-
-    A normalised absolute path (no ``..``, ``.``, ``//`` or trailing slash: what a mount source
-    and a reader of the Allocate answer see is what was written), printable, not a system
-    directory: the Allocate answer mounts it into every container.
-    """
+def _host_path_problem(text: str) -> None:
+    """ValueError unless ``text`` is a printable, normalised absolute path (no ``..``, ``.``, ``//``, trailing /)."""
     shown = repr(text)
     if not text.isprintable():
         raise ValueError(f"must not hold control characters (newline, NUL...), got {shown[:80]}")
@@ -50,9 +47,34 @@ def install_dir_problem(text: str) -> str:
         normal = "/" + "/".join(part for part in parts if part not in ("", "."))
         raise ValueError(f"must be a normalised path (no '..', '.', '//' or trailing '/'), got {shown}; "
                          f"write the directory itself{f', e.g. {normal!r}' if '..' not in parts else ''}")
+
+
+def install_dir_problem(text: str) -> str:
+    """``text`` if it is fit to be the install dir, else ValueError saying why (pure: no I/O).
+
+    A normalised absolute path (what a mount source and a reader of the Allocate
+    answer see is what was written), printable, not a system directory: the
+    Allocate answer mounts it into every container.
+    """
+    _host_path_problem(text)
     if text in SYSTEM_DIRS or (text + "/").startswith(SYSTEM_TREES):
-        raise ValueError(f"must not be a system directory (every container gets it mounted), got {shown}; "
+        raise ValueError(f"must not be a system directory (every container gets it mounted), got {text!r}; "
                          f"use a directory of its own such as {DEFAULT_INSTALL_DIR}")
+    return text
+
+
+def hooks_dir_problem(text: str) -> str:
+    """``text`` if it is fit to be a hooks.d directory, else ValueError saying why (pure: no I/O).
+
+    The runtime reads it by this absolute path, so the same path rules as the
+    install dir; it lives under /etc or /usr/share like the runtimes' own
+    (``/etc/containers/oci/hooks.d``), but is never a system directory itself:
+    every ``*.json`` there is read as a hook declaration.
+    """
+    _host_path_problem(text)
+    if text in SYSTEM_DIRS or text in _SYSTEM_ROOTS:
+        raise ValueError(f"must be a hooks.d directory of its own, not the system directory {text!r}; "
+                         "podman and CRI-O read /etc/containers/oci/hooks.d")
     return text
 
 

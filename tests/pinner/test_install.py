@@ -48,6 +48,20 @@ def test_install_into_a_system_directory_is_refused_before_anything_is_written(n
     assert "must not be a system directory" in result.stderr and result.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize(("hooks_dir", "problem"), [
+    ("/etc", "not the system directory '/etc'"),
+    ("hooks.d", "must be an absolute host path"),
+    ("/etc/containers/oci/hooks.d/", "must be a normalised path"),
+    ("/etc/containers/../oci", "must be a normalised path"),
+])
+def test_install_into_an_unfit_hooks_dir_is_refused_before_anything_is_written(native_cmk: Path, tmp_path: Path,
+                                                                                hooks_dir: str, problem: str) -> None:
+    result = cmk("install", "--install-dir", str(tmp_path / "bin"), "--hooks-dir", hooks_dir)
+    assert result.returncode == 2
+    assert problem in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "bin").exists()
+
+
 def test_install_without_a_built_pinner_says_how_to_build_it(tmp_path: Path) -> None:
     with pytest.raises(CmkError, match=r"not built .* 'python -m pinner.build'") as err:
         install_pinner(tmp_path / "missing", tmp_path / "bin")

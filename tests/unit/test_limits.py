@@ -12,6 +12,8 @@ from deviceplugin.cli.safeyaml import MAX_DEPTH, YamlProblem, load_yaml
 from deviceplugin.host.install import (
     DEFAULT_INSTALL_DIR,
     SYSTEM_DIRS,
+    SYSTEM_TREES,
+    hooks_dir_problem,
     install_dir_problem,
 )
 from deviceplugin.model.limits import (
@@ -66,6 +68,23 @@ def test_an_install_dir_is_normalised_absolute_printable_and_not_a_system_dir(te
         return
     assert text.startswith("/") and os.path.normpath(text) == text and not text.startswith("//")
     assert text.isprintable() and text not in SYSTEM_DIRS
+
+
+@given(st.text(st.sampled_from("/.a\n\x01"), max_size=20) | st.text(max_size=20)
+       | st.sampled_from(sorted(SYSTEM_DIRS | {tree.rstrip("/") for tree in SYSTEM_TREES})))
+def test_a_hooks_dir_is_normalised_absolute_printable_and_not_a_system_dir_itself(text: str) -> None:
+    try:
+        assert hooks_dir_problem(text) == text
+    except ValueError as err:
+        assert "\n" not in str(err)
+        return
+    assert text.startswith("/") and os.path.normpath(text) == text and not text.startswith("//")
+    assert text.isprintable() and text not in SYSTEM_DIRS and text + "/" not in SYSTEM_TREES
+
+
+def test_the_runtimes_hooks_dirs_are_fit() -> None:
+    for directory in ("/etc/containers/oci/hooks.d", "/usr/share/containers/oci/hooks.d"):
+        assert hooks_dir_problem(directory) == directory
 
 
 def test_the_default_install_dir_is_fit() -> None:
