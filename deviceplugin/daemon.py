@@ -165,8 +165,10 @@ class Daemon:
             log.info("plan: %s", note)
         self._write_cdi_spec()  # before serving: an Allocate answer may name its devices at once
         self._write_infra_record()
-        self._serve()
+        # Watch before serving: a kubelet starting between the two would delete our new sockets unseen,
+        # and the pools would stay unserved (each Register then finds its socket gone and stops).
         self._start_watcher(self._plugin_dir_watcher())
+        self._serve()
         self._start_watcher(cpu_watcher(self.settings.sysfs_root, lambda: self._events.put(Wake.CPUS)))
         self._events.put(Wake.CPUS)  # a CPU that changed before the watcher started
         self._thread.start()

@@ -430,8 +430,13 @@ class Kubelet:
         with self._cond:
             return [self._pods[key] for key in sorted(self._pods)]
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-        """Block until ``predicate()`` holds (re-checked on every state change); TimeoutError shows the state."""
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+        """Block until ``predicate()`` holds (re-checked on every state change); TimeoutError shows the state.
+
+        The timeout bounds a hang, not a speed: a daemon starting on a loaded
+        2-CPU CI machine took over 10 s to register (it returns as soon as the
+        predicate holds, so a generous bound costs a passing test nothing).
+        """
         deadline = time.monotonic() + timeout
         with self._cond:
             while not predicate():

@@ -36,7 +36,7 @@ def roots(tmp: Path, name: str = XEON_D) -> list[str]:
 
 def daemon_args(tmp: Path) -> list[str]:
     (tmp / "plugins").mkdir(exist_ok=True)
-    return ["--kubelet-dir", str(tmp / "plugins"), "--cdi-dir", str(tmp / "cdi"), "--no-nfd",
+    return ["--kubelet-dir", str(tmp / "plugins"), "--cdi-dir", str(tmp / "cdi"), "--no-nfd", "--no-infra-record",
             "--pod-resources-socket", str(tmp / "no-kubelet.sock")]
 
 

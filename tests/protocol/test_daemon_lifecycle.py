@@ -123,6 +123,28 @@ def test_a_register_in_flight_across_a_restart_never_reaches_the_new_server(make
         daemon.stop()
 
 
+def test_a_kubelet_starting_the_moment_the_sockets_are_bound_gets_every_pool(make_kubelet, plugin_dir, tmp_path):
+    """A starting kubelet deletes every plugin socket, then listens. Before: the daemon watched the
+    directory only after serving, so a kubelet starting in between deleted the new sockets unseen, each
+    Register found its socket gone and stopped, and no pool was served again (1 run in 6 under load)."""
+    kubelets = []
+
+    class KubeletStartsAtBind(Daemon):
+        def _serve(self) -> None:
+            super()._serve()
+            if not kubelets:
+                kubelets.append(make_kubelet())
+
+    settings = cdi_daemon(plugin_dir, tmp_path).settings
+    daemon = KubeletStartsAtBind(settings)
+    daemon.start()
+    try:
+        wait_registered(kubelets[0], SERVED)
+        assert sorted(our_sockets(plugin_dir)) == ["cmk-exclusive-cores.sock", "cmk-infra.sock", "cmk-shared.sock"]
+    finally:
+        daemon.stop()
+
+
 # --- the plugin directory re-made ------------------------------------------------------------------
 
 def test_the_plugin_directory_deleted_and_created_again_is_noticed(make_kubelet, plugin_dir, tmp_path):

@@ -184,7 +184,7 @@ class DirectoryEvents:
             self._seen.append((event.event_type, Path(str(event.src_path)).name))
             self._cond.notify_all()
 
-    def wait_for(self, *expected: tuple[str, str], timeout: float = 10) -> None:
+    def wait_for(self, *expected: tuple[str, str], timeout: float = 30) -> None:
         """Wait until ``expected`` occurred in this order (other events may come between)."""
 
         def occurred() -> bool:
