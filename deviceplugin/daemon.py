@@ -22,7 +22,6 @@ from api.constants import (
 from deviceplugin.errors import CmkError
 from deviceplugin.events import (
     CoreReleased,
-    CoreWithheld,
     Events,
     HealthChanged,
     KubeletRestart,
@@ -452,9 +451,7 @@ class Daemon:
         old = {w.core: w for w in self.withheld}
         new = {w.core: w for w in holds.withheld}
         for core in new.keys() - old.keys():
-            w = new[core]
-            self.events.emit(CoreWithheld(format_cpu_list(core.cpus), str(w.planned), w.resource, w.device_id,
-                                          w.reason))
+            self.events.emit(new[core].event())
         for core in old.keys() - new.keys():
             self.events.emit(CoreReleased(format_cpu_list(core.cpus), str(old[core].planned)))
         self.withheld = holds.withheld

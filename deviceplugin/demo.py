@@ -32,7 +32,7 @@ from typing import TextIO
 
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.errors import CmkError
-from deviceplugin.host.install import built_pinner, install_pinner
+from deviceplugin.host.install import BUILD_DOCS, built_pinner, install_pinner, unbuilt
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.answers import ENV_NAMES
 from deviceplugin.model.plan import PlanOptions, Pool
@@ -298,14 +298,16 @@ class Demo:
     def _install_pinner(self, workdir: Path, install_dir: Path) -> Path:
         """The real ``cmk install`` into the demo's install dir; builds the pinner first if it never was."""
         source = built_pinner()
-        if not source.is_file():
+        problem = unbuilt(source)
+        if problem:
             from pinner.build import BuildError, build
 
             try:
                 compiler, _ = build(workdir / "build" / "cmk")
             except BuildError as err:
-                raise CmkError(f"the self-contained pinner is not built ({source} is missing) and building it failed: {err}") from None
-            self.out(f"  ({source} was missing: built the pinner with {compiler} for this run)")
+                raise CmkError(f"{problem}, and building it for this run failed: {err} ({BUILD_DOCS})") from None
+            self.out(f"  note: {problem}; this run built one with {compiler} in its work dir, but 'cmk install' "
+                     f"will not find it ({BUILD_DOCS} says how to build it)")
             source = workdir / "build" / "cmk"
         return install_pinner(source, install_dir)
 

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pinner import contract, hook
+from pinner import contract, hook, packages
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 SOURCE = PACKAGE_DIR / "native" / "cmk.c"
@@ -83,6 +83,13 @@ def generate_header() -> str:
         f"#define NOT_REGULAR_TEXT {c_string(contract.NOT_REGULAR_TEXT)}",
         f"#define SYMLINK_TEXT {c_string(contract.SYMLINK_TEXT)}",
         f"#define MAX_NUMBER_FILE_BYTES {contract.MAX_NUMBER_FILE_BYTES}",
+        f"#define MAX_LIST_FILE_BYTES {contract.MAX_LIST_FILE_BYTES}",
+        "",
+        "/* X(file): where a CPU's package list is read, in this order (pinner/packages.py) */",
+        "#define CMK_PACKAGE_LIST_FILES(X) \\",
+        *(f"    X({c_string(name)}) \\" for name in packages.PACKAGE_LIST_FILES),
+        "",
+        f"#define UNKNOWN_PACKAGE_TEXT {c_string(packages.UNKNOWN_PACKAGE_TEXT)}",
         "",
         "/* X(name, env variable, resource, honours --socket-id) */",
         "#define CMK_POOLS(X) \\",

@@ -86,6 +86,8 @@ NOT_REGULAR_TEXT = "not a regular file (a FIFO, device or directory is refused)"
 SYMLINK_TEXT = "a symbolic link (not followed)"
 #: The most read from a file that holds one number.
 MAX_NUMBER_FILE_BYTES = 64
+#: The most read from a sysfs cpu list or mask: 8,192 CPUs listed one by one take 40 KB.
+MAX_LIST_FILE_BYTES = 65536
 
 
 class IsolateExit:
@@ -97,7 +99,7 @@ class IsolateExit:
     NO_CPUS = 4  # the pool's variable is unset or empty: the container holds no such CPUs
     MALFORMED = 5  # the pool's variable is not a cpu list
     NOT_ALLOWED = 6  # some of the pool's CPUs are outside this container's cpuset
-    SOCKET = 7  # --socket-id: no pool CPU on that socket, or sysfs unreadable
+    SOCKET = 7  # --socket-id: no pool CPU on that socket, or sysfs unreadable or malformed
     AFFINITY = 8  # the kernel refused the affinity, or set another one than asked
     NOT_EXECUTABLE = 126  # COMMAND found but not executable (as shells do)
     NOT_FOUND = 127  # COMMAND not found (as shells do)
@@ -158,7 +160,7 @@ exit statuses (COMMAND's own once it runs):
     4  no CPUs for the pool in the env
     5  the pool's variable is not a cpu list
     6  CPUs not allowed in this container
-    7  --socket-id: no CPU on that socket, or sysfs unreadable
+    7  --socket-id: no CPU on that socket, or sysfs unreadable or malformed
     8  the kernel refused the affinity, or set another one
   126  COMMAND not executable   127  COMMAND not found
 """

@@ -18,6 +18,7 @@ from pinner.contract import (
     ISOLATE_PROG,
     LIST_HINT,
     MAX_CPUS,
+    MAX_LIST_FILE_BYTES,
     MAX_NUMBER_FILE_BYTES,
     NOT_REGULAR_TEXT,
     POOL_NAMES,
@@ -225,21 +226,143 @@ def file_error_text(err: OSError) -> str:
     return err.strerror if err.strerror in (SYMLINK_TEXT, NOT_REGULAR_TEXT) else errno_text(err.errno or 0)
 
 
-def read_package(root: str, cpu: int) -> int:
-    path = f"{root}/devices/system/cpu/cpu{cpu}/topology/physical_package_id"
+def cpu_dir(root: str, cpu: int) -> str:
+    return f"{root}/devices/system/cpu/cpu{cpu}"
+
+
+def cleaned(raw: bytes) -> bytes:
+    """A sysfs file's text as the daemon reads it: NULs dropped, surrounding whitespace trimmed."""
+    return raw.replace(b"\0", b"").strip()
+
+
+def read_sysfs(what: str, path: str, limit: int, *, missing_ok: bool = False) -> bytes | None:
+    """The cleaned text of a sysfs file of at most ``limit`` bytes; ``None`` if ``missing_ok`` and it is not there."""
     try:
-        text = read_small_file(path, MAX_NUMBER_FILE_BYTES).replace(b"\0", b"").strip()
+        raw = read_small_file(path, limit + 1)
     except OSError as err:
-        raise socket_read_error(cpu, path, file_error_text(err)) from None
+        if missing_ok and err.errno in NOT_FOUND:
+            return None
+        raise sysfs_error(what, path, file_error_text(err)) from None
+    if len(raw) > limit:
+        raise sysfs_error(what, path, f"longer than {limit} bytes")
+    return cleaned(raw)
+
+
+def parse_package(what: str, path: str, text: bytes) -> int:
+    """A ``physical_package_id``; -1 (any negative) means the kernel does not know it."""
     digits = text.removeprefix(b"-")
     if not digits.isdigit() or len(digits) > 9:
-        raise socket_read_error(cpu, path, f"'{shown(text)}' is not a number")
-    return int(text)
+        raise sysfs_error(what, path, f"'{shown(text)}' is not a number")
+    return max(int(text), -1)
 
 
-def socket_read_error(cpu: int, path: str, detail: str) -> IsolateError:
+def read_package(root: str, cpu: int) -> int:
+    path = f"{cpu_dir(root, cpu)}/topology/physical_package_id"
+    what = f"the socket of CPU {cpu}"
+    try:
+        text = cleaned(read_small_file(path, MAX_NUMBER_FILE_BYTES))
+    except OSError as err:
+        raise sysfs_error(what, path, file_error_text(err)) from None
+    return parse_package(what, path, text)
+
+
+def parse_sysfs_cpus(what: str, path: str, text: bytes, *, mask: bool = False) -> frozenset[int]:
+    """A cleaned sysfs cpu list (``0-3,8``), or with ``mask`` a hex mask (``0000ff0f,00000000``)."""
+    if not text:
+        return frozenset()
+    if mask:
+        digits = text.replace(b",", b"")
+        value = int(digits, 16) if digits and not text.strip(b"0123456789abcdefABCDEF,") else -1
+        if 0 <= value < 1 << MAX_CPUS:
+            return frozenset(bit for bit in range(value.bit_length()) if value >> bit & 1)
+        raise sysfs_error(what, path, f"'{shown(text)}' is not a cpu mask")
+    try:
+        return parse_cpu_list(text.decode("ascii"), env=True)
+    except (CpuListError, UnicodeDecodeError):
+        raise sysfs_error(what, path, f"'{shown(text)}' is not a cpu list") from None
+
+
+def is_dir(path: str) -> bool:
+    try:
+        return posix.stat(path).st_mode & 0o170000 == 0o040000  # S_ISDIR, without importing stat
+    except OSError:
+        return False
+
+
+def online_cpus(root: str) -> list[int]:
+    """The online CPUs, as the daemon finds them: ``cpu/online``, else each ``cpuN/online`` flag, else
+    every ``cpuN`` with a ``topology`` folder (old kernels and machine dumps have no ``online``)."""
+    cpu_root = f"{root}/devices/system/cpu"
+    what = "the online CPUs"
+    path = f"{cpu_root}/online"
+    listed = parse_sysfs_cpus(what, path, read_sysfs(what, path, MAX_LIST_FILE_BYTES, missing_ok=True) or b"")
+    if listed:
+        return sorted(listed)
+    try:
+        names = posix.listdir(cpu_root)
+    except OSError as err:
+        raise sysfs_error(what, cpu_root, errno_text(err.errno or 0)) from None
+    online = []
+    for name in names:
+        digits = name[3:]
+        if not (name[:3] == "cpu" and digits.isascii() and digits.isdigit() and len(digits) <= 9
+                and int(digits) < MAX_CPUS and is_dir(f"{cpu_root}/{name}")):
+            continue
+        flag_path = f"{cpu_root}/{name}/online"
+        flag = read_sysfs(what, flag_path, MAX_NUMBER_FILE_BYTES, missing_ok=True)
+        if flag and flag not in (b"0", b"1"):
+            raise sysfs_error(what, flag_path, f"'{shown(flag)}' is not 0 or 1")
+        if flag == b"1" or (not flag and is_dir(f"{cpu_root}/{name}/topology")):
+            online.append(int(digits))
+    return sorted(online)
+
+
+def derived_packages(root: str) -> dict[int, int]:
+    """Every online CPU's package number where the kernel gives -1, numbered as the daemon numbers them.
+
+    Reads every id first, then the lists, as the C pinner does, so both report the same file first.
+    Imported here, not at the top: only machines without package ids pay for it at start.
+    """
+    from pinner.packages import PACKAGE_LIST_FILES, number_packages
+
+    online = online_cpus(root)
+    ids: dict[int, int] = {}
+    for cpu in online:
+        what, path = f"the socket of CPU {cpu}", f"{cpu_dir(root, cpu)}/topology/physical_package_id"
+        text = read_sysfs(what, path, MAX_NUMBER_FILE_BYTES, missing_ok=True)
+        ids[cpu] = -1 if text is None else parse_package(what, path, text)
+    lists: dict[int, frozenset[int]] = {}
+    for cpu in (cpu for cpu in online if ids[cpu] == -1):
+        for name in PACKAGE_LIST_FILES:
+            what, path = f"the socket of CPU {cpu}", f"{cpu_dir(root, cpu)}/topology/{name}"
+            text = read_sysfs(what, path, MAX_LIST_FILE_BYTES, missing_ok=True)
+            if text is not None:
+                lists[cpu] = parse_sysfs_cpus(what, path, text, mask=not name.endswith("_list"))
+                break
+    return number_packages({cpu: package for cpu, package in ids.items() if package >= 0}, lists)
+
+
+def packages_of(root: str, cpus: list[int]) -> list[int]:
+    """Each CPU's socket for ``--socket-id``: its ``physical_package_id``, or where that is -1 the number
+    the daemon derives from the package lists (:mod:`pinner.packages`)."""
+    ids = [read_package(root, cpu) for cpu in cpus]
+    if -1 not in ids:
+        return ids
+    derived = derived_packages(root)
+    for i, cpu in enumerate(cpus):
+        if ids[i] == -1:
+            if cpu not in derived:
+                from pinner.packages import UNKNOWN_PACKAGE_TEXT
+
+                raise sysfs_error(f"the socket of CPU {cpu}", f"{cpu_dir(root, cpu)}/topology/physical_package_id",
+                                  UNKNOWN_PACKAGE_TEXT)
+            ids[i] = derived[cpu]
+    return ids
+
+
+def sysfs_error(what: str, path: str, detail: str) -> IsolateError:
     return IsolateError(
-        f"cannot read the socket of CPU {cpu} from {shown(path)}: {detail} "
+        f"cannot read {what} from {shown(path)}: {detail} "
         "(--socket-id needs sysfs; use --socket-id=-1 for any socket)",
         IsolateExit.SOCKET,
     )
@@ -338,7 +461,7 @@ def run(argv: list[str]) -> IsolateError | None:
     check_allowed(pool, cpus, allowed)
     if req.socket_id != -1 and POOLS[pool].socket_aware:
         root = getenv(environ, ENV_SYSFS_ROOT) or DEFAULT_SYSFS_ROOT
-        cpus = on_socket(pool, cpus, req.socket_id, [read_package(root, cpu) for cpu in cpus])
+        cpus = on_socket(pool, cpus, req.socket_id, packages_of(root, cpus))
     if not req.no_affinity:
         pin(cpus)
     elif allowed != started:  # the workload pins itself: give back the affinity it came with

@@ -36,18 +36,18 @@ def hook(args: list[str], binary: Path | None = None) -> int:
     """``cmk hook`` is the static pinner's (the runtime runs it on the host, maybe without Python): exec it."""
     import os
 
-    from deviceplugin.host.install import built_pinner
+    from deviceplugin.host.install import BUILD_DOCS, built_pinner, unbuilt
     from pinner.contract import HOOK_HELP, HOOK_PROG
 
     binary = binary or built_pinner()
-    if binary.is_file():
+    problem = unbuilt(binary)
+    if not problem:
         os.execv(binary, ["cmk", "hook", *args])
     if args[:1] in (["-h"], ["--help"]):
         sys.stdout.write(HOOK_HELP)
         return 0
-    sys.stderr.write(f"{HOOK_PROG}: error: the hook is the static pinner's and it was not built ({binary} is "
-                     "missing): build it with 'python -m pinner.build', or run the installed one, e.g. "
-                     "/opt/bin/cmk hook\n")
+    sys.stderr.write(f"{HOOK_PROG}: error: the hook is the static pinner's, and {problem}: build it with "
+                     f"'python -m pinner.build' ({BUILD_DOCS}), or run the installed one, e.g. /opt/bin/cmk hook\n")
     return 2
 
 

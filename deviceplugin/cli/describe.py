@@ -26,6 +26,7 @@ from deviceplugin.cli.flags import (
     plan_options,
     pod_resources_socket,
 )
+from deviceplugin.host.install import built_pinner, unbuilt_note
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.plan import plan_pools
 from deviceplugin.view.describe import describe_data, render_table
@@ -72,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
     topology = discover(args.sysfs_root, args.procfs_root)
     plan = plan_pools(topology, plan_options(args))
     data = describe_data(topology, plan)
+    note = unbuilt_note(built_pinner())
+    if note:
+        data["plan"]["notes"].append(note)
     tree = device_tree(plan, topology.online)
     socket = str(args.pod_resources_socket)
     held = None

@@ -85,12 +85,36 @@ def built_pinner() -> Path:
     return DEFAULT_OUTPUT
 
 
+#: Where the README says what the pinner's build needs; every message about a missing pinner points there.
+BUILD_DOCS = "README.md, section Install"
+
+
+def unbuilt(source: Path) -> str | None:
+    """Why there is no pinner to install, or None when ``source`` is there.
+
+    A package built without a C compiler installs without it (pip shows the
+    build's warning only with ``-v``), so ``cmk describe`` and ``cmk demo``
+    note it and ``cmk install`` refuses with it.
+    """
+    if source.is_file():
+        return None
+    return f"the self-contained pinner was not built ({source} is missing, as after a build without a C compiler)"
+
+
+def unbuilt_note(source: Path) -> str | None:
+    """``cmk describe``'s note when the pinner is missing: what it stops, and where the fix is written."""
+    problem = unbuilt(source)
+    return problem and (f"{problem}, so 'cmk install' cannot put {INSTALLED_NAME} on this node for workloads "
+                        f"to run; {BUILD_DOCS} says how to build it")
+
+
 def install_pinner(source: Path, install_dir: Path) -> Path:
     """Copy ``source`` to ``install_dir/cmk`` (mode 0755) atomically; returns the installed path."""
-    if not source.is_file():
+    problem = unbuilt(source)
+    if problem:
         raise CmkError(
-            f"the self-contained pinner was not built ({source} is missing): build it with "
-            "'python -m pinner.build' (needs musl-tools or a C compiler with a static libc), then run 'cmk install' again"
+            f"{problem}: build it with 'python -m pinner.build' (needs musl-tools or a C compiler with a static "
+            f"libc; {BUILD_DOCS}), then run 'cmk install' again"
         )
     try:
         install_dir.mkdir(parents=True, exist_ok=True)

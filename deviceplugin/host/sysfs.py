@@ -25,6 +25,7 @@ from deviceplugin.model.limits import (
     parse_count,
 )
 from deviceplugin.model.topology import Cpu, Topology
+from pinner.packages import PACKAGE_LIST_FILES, number_packages
 
 _CPU_DIR = re.compile(r"cpu(\d+)")
 _NODE_DIR = re.compile(r"node(\d+)")
@@ -33,7 +34,6 @@ _X86_BAD_APICID = 0xFFFF
 _MAX_ID = 2**31 - 1  # topology ids are C ints; -1 is "unknown"
 _NO_CPUS = "(null)"  # what cpu/nohz_full reads when nohz_full is off
 _SIBLING_FILES = ("core_cpus_list", "thread_siblings_list", "core_cpus", "thread_siblings")
-_PACKAGE_FILES = ("package_cpus_list", "core_siblings_list", "package_cpus", "core_siblings")
 _ROOT_HINT = "pass --sysfs-root the directory that holds devices/system/cpu"
 
 
@@ -65,26 +65,20 @@ def discover(sysfs_root: Path = Path("/sys"), procfs_root: Path = Path("/proc"))
 def _derived_packages(reader: _Reader, cpus: Mapping[int, Cpu], dirs: Mapping[int, str]) -> dict[int, Cpu]:
     """Online CPUs whose package id is unknown, given one from their package's CPU list.
 
-    A package another of its CPUs names keeps that id; the others are numbered
-    after the known ids, in the order of their lowest CPU (as lscpu does).
+    The numbering is :func:`pinner.packages.number_packages`, the one both
+    pinners' ``--socket-id`` uses.
     """
     lists: dict[int, frozenset[int]] = {}
     for cpu in sorted(cpus):
         if cpus[cpu].online and cpus[cpu].package is None and cpu in dirs:
             topology = _join(dirs[cpu], "topology")
             names = reader.listing(topology) or ()
-            members = reader.cpus(*(_join(topology, name) for name in _PACKAGE_FILES if name in names))
+            members = reader.cpus(*(_join(topology, name) for name in PACKAGE_LIST_FILES if name in names))
             if members:
-                lists[cpu] = members | {cpu}
+                lists[cpu] = members
     known = {cpu.id: cpu.package for cpu in cpus.values() if cpu.package is not None}
-    next_id = max(known.values(), default=-1) + 1
-    numbers: dict[frozenset[int], int] = {}
-    for members in lists.values():
-        if members not in numbers:
-            named = sorted(known[member] for member in members if member in known)
-            numbers[members] = named[0] if named else next_id
-            next_id += not named
-    return {cpu: replace(cpus[cpu], package=numbers[members]) for cpu, members in lists.items()}
+    numbers = number_packages(known, lists)
+    return {cpu: replace(cpus[cpu], package=package) for cpu, package in numbers.items()}
 
 
 def read_boot_settings(procfs_root: Path) -> BootCpuSettings:

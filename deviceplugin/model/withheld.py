@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from deviceplugin.events import CoreWithheld
 from deviceplugin.model.devices import core_device_ids, legacy_core_cpus
 from deviceplugin.model.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
 from deviceplugin.model.topology import Core
@@ -26,10 +27,14 @@ class Withheld:
     device_id: str
     reason: str
 
+    def event(self) -> CoreWithheld:
+        """The event the daemon emits for this core: one sentence for its log and describe's note."""
+        return CoreWithheld(format_cpu_list(self.core.cpus), str(self.planned), self.resource, self.device_id,
+                            self.reason)
+
     @property
     def message(self) -> str:
-        return (f"core {self.core} withheld from {self.planned}: {self.resource} {self.device_id} is still "
-                f"held ({self.reason}); it rejoins {self.planned} once the kubelet frees it")
+        return self.event().message
 
 
 def _planned_pool(plan: PoolPlan) -> dict[Core, Pool]:

@@ -545,12 +545,16 @@ static int pin(const cpuset *cpus)
 
 /* ---- isolate: --socket-id ------------------------------------------------ */
 
-static int socket_read_error(unsigned cpu, const char *path)
+static int parse_kernel_list(const char *text, cpuset *set);
+
+/* Wraps the detail in msg: "cannot read WHAT from PATH: DETAIL (hint)", status 7. */
+static int sysfs_error(const char *what, const char *path)
 {
-    /* msg holds the detail */
     str detail = msg;
     msg = (str){0};
-    s_addf(&msg, "cannot read the socket of CPU %u from ", cpu);
+    s_add(&msg, "cannot read ");
+    s_add(&msg, what);
+    s_add(&msg, " from ");
     s_shown(&msg, path);
     s_add(&msg, ": ");
     s_addn(&msg, detail.p, detail.len);
@@ -559,58 +563,307 @@ static int socket_read_error(unsigned cpu, const char *path)
     return fail(EXIT_SOCKET);
 }
 
+static int socket_read_error(unsigned cpu, const char *path)
+{
+    char what[40];
+    snprintf(what, sizeof what, "the socket of CPU %u", cpu);
+    return sysfs_error(what, path);
+}
+
 static int is_space(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-static int read_package(const char *root, unsigned cpu, long *package)
+/* Reads at most limit bytes of the regular file path into out, then drops NULs and surrounding
+ * whitespace (as the daemon reads sysfs); *raw_len is the length read. 0, or an errno / E_NOT_REGULAR /
+ * E_SYMLINK. */
+static int read_sysfs(const char *path, size_t limit, str *out, size_t *raw_len)
 {
-    str path = {0};
-    char buf[MAX_NUMBER_FILE_BYTES + 1];
-    size_t len = 0;
-    s_add(&path, root);
-    s_addf(&path, "/devices/system/cpu/cpu%u/topology/physical_package_id", cpu);
-    int fd = open_regular(AT_FDCWD, path.p, O_RDONLY);
-    if (fd < 0) {
-        s_errno(&msg, -fd);
-        return socket_read_error(cpu, path.p);
-    }
-    while (len < MAX_NUMBER_FILE_BYTES) {
-        ssize_t n = read(fd, buf + len, MAX_NUMBER_FILE_BYTES - len);
+    int fd = open_regular(AT_FDCWD, path, O_RDONLY);
+    if (fd < 0)
+        return -fd;
+    s_reserve(out, limit);
+    while (out->len < limit) {
+        ssize_t n = read(fd, out->p + out->len, limit - out->len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
             int e = errno;
             close(fd);
-            s_errno(&msg, e);
-            return socket_read_error(cpu, path.p);
+            return e;
         }
         if (n == 0)
             break;
-        len += (size_t)n;
+        out->len += (size_t)n;
     }
     close(fd);
-    size_t kept = 0; /* drop NULs, then surrounding whitespace */
-    for (size_t i = 0; i < len; i++)
-        if (buf[i])
-            buf[kept++] = buf[i];
-    char *t = buf, *end = buf + kept;
+    *raw_len = out->len;
+    size_t kept = 0;
+    for (size_t i = 0; i < out->len; i++)
+        if (out->p[i])
+            out->p[kept++] = out->p[i];
+    char *t = out->p, *end = out->p + kept;
     while (t < end && is_space(*t))
         t++;
     while (end > t && is_space(end[-1]))
         end--;
-    *end = '\0';
+    out->len = (size_t)(end - t);
+    memmove(out->p, t, out->len);
+    out->p[out->len] = '\0';
+    return 0;
+}
+
+/* Reads a sysfs file of at most limit bytes into text; 0, 1 when missing_ok and it is not there, or the
+ * error status with the message in msg. */
+static int read_sysfs_text(const char *what, const char *path, size_t limit, int missing_ok, str *text)
+{
+    size_t raw_len = 0;
+    int e = read_sysfs(path, limit + 1, text, &raw_len);
+    if (e && missing_ok && (e == ENOENT || e == ENOTDIR))
+        return 1;
+    if (e) {
+        s_errno(&msg, e);
+        return sysfs_error(what, path);
+    }
+    if (raw_len > limit) {
+        s_addf(&msg, "longer than %zu bytes", limit);
+        return sysfs_error(what, path);
+    }
+    return 0;
+}
+
+/* A physical_package_id's text; -1 (any negative) means the kernel does not know it. */
+static int parse_package(const char *what, const char *path, const char *t, long *package)
+{
     const char *digits = *t == '-' ? t + 1 : t;
-    size_t n = (size_t)(end - digits);
+    size_t n = strlen(digits);
     if (n > 9 || !is_digits(digits, n)) {
         s_add(&msg, "'");
         s_shown(&msg, t);
         s_add(&msg, "' is not a number");
-        return socket_read_error(cpu, path.p);
+        return sysfs_error(what, path);
     }
     *package = strtol(t, NULL, 10);
+    if (*package < -1)
+        *package = -1;
+    return 0;
+}
+
+static void topology_path(str *path, const char *root, unsigned cpu, const char *name)
+{
+    path->len = 0;
+    s_add(path, root);
+    s_addf(path, "/devices/system/cpu/cpu%u/topology/%s", cpu, name);
+}
+
+static int read_package(const char *root, unsigned cpu, long *package)
+{
+    str path = {0}, text = {0};
+    size_t raw_len = 0;
+    char what[40];
+    snprintf(what, sizeof what, "the socket of CPU %u", cpu);
+    topology_path(&path, root, cpu, "physical_package_id");
+    int e = read_sysfs(path.p, MAX_NUMBER_FILE_BYTES, &text, &raw_len);
+    if (e) {
+        s_errno(&msg, e);
+        return sysfs_error(what, path.p);
+    }
+    int status = parse_package(what, path.p, text.p, package);
     free(path.p);
+    free(text.p);
+    return status;
+}
+
+/* A cleaned sysfs cpu list (0-3,8), or with mask a hex mask (0000ff0f,00000000), into set. */
+static int parse_sysfs_cpus(const char *what, const char *path, const char *text, int mask, cpuset *set)
+{
+    memset(set, 0, sizeof *set);
+    if (!*text)
+        return 0;
+    if (!mask) {
+        if (!parse_kernel_list(text, set))
+            return 0;
+        s_add(&msg, "'");
+        s_shown(&msg, text);
+        s_add(&msg, "' is not a cpu list");
+        return sysfs_error(what, path);
+    }
+    unsigned bit = 0, digits = 0;
+    int bad = 0;
+    for (size_t i = strlen(text); i-- > 0 && !bad;) {
+        char c = text[i];
+        if (c == ',')
+            continue;
+        unsigned v = c >= '0' && c <= '9' ? (unsigned)(c - '0') : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10) : 16;
+        bad = v == 16 || (v && bit >= MAX_CPUS);
+        for (unsigned b = 0; b < 4 && !bad; b++)
+            if (v >> b & 1)
+                cs_add(set, bit + b);
+        bit += 4;
+        digits++;
+    }
+    if (!bad && digits)
+        return 0;
+    s_add(&msg, "'");
+    s_shown(&msg, text);
+    s_add(&msg, "' is not a cpu mask");
+    return sysfs_error(what, path);
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return !stat(path, &st) && S_ISDIR(st.st_mode);
+}
+
+/* The online CPUs, as the daemon finds them: cpu/online, else each cpuN/online flag, else every cpuN
+ * with a topology folder (old kernels and machine dumps have no online file). */
+static int online_cpus(const char *root, cpuset *online)
+{
+    static const char what[] = "the online CPUs";
+    str dir = {0}, path = {0}, text = {0};
+    s_add(&dir, root);
+    s_add(&dir, "/devices/system/cpu");
+    s_addf(&path, "%s/online", dir.p);
+    int status = read_sysfs_text(what, path.p, MAX_LIST_FILE_BYTES, 1, &text);
+    if (status > 1 || (status == 0 && (status = parse_sysfs_cpus(what, path.p, text.p, 0, online))))
+        return status;
+    for (unsigned w = 0; w < MASK_WORDS; w++)
+        if (online->w[w])
+            return 0;
+    DIR *d = opendir(dir.p);
+    if (!d) {
+        s_errno(&msg, errno);
+        return sysfs_error(what, dir.p);
+    }
+    for (struct dirent *entry; (entry = readdir(d));) {
+        const char *digits = entry->d_name + 3;
+        size_t n = strlen(digits);
+        if (strncmp(entry->d_name, "cpu", 3) || !n || n > 9 || !is_digits(digits, n))
+            continue;
+        unsigned long cpu = strtoul(digits, NULL, 10);
+        path.len = 0;
+        s_addf(&path, "%s/%s", dir.p, entry->d_name);
+        if (cpu >= MAX_CPUS || !is_dir(path.p))
+            continue;
+        s_add(&path, "/online");
+        text.len = 0;
+        if ((status = read_sysfs_text(what, path.p, MAX_NUMBER_FILE_BYTES, 1, &text)) > 1) {
+            closedir(d);
+            return status;
+        }
+        int flag = status == 0 && text.len;
+        if (flag && strcmp(text.p, "0") && strcmp(text.p, "1")) {
+            s_add(&msg, "'");
+            s_shown(&msg, text.p);
+            s_add(&msg, "' is not 0 or 1");
+            closedir(d);
+            return sysfs_error(what, path.p);
+        }
+        path.len -= strlen("/online");
+        s_add(&path, "/topology");
+        if (flag ? text.p[0] == '1' : is_dir(path.p))
+            cs_add(online, (unsigned)cpu);
+    }
+    closedir(d);
+    free(dir.p);
+    free(path.p);
+    free(text.p);
+    return 0;
+}
+
+/* One package the kernel gave no id, as pinner/packages.py's number_packages keys it. */
+struct package_group {
+    cpuset members;
+    unsigned long hash;
+    long number;
+};
+
+static unsigned long cs_hash(const cpuset *s)
+{
+    unsigned long h = 1469598103934665603UL;
+    for (unsigned w = 0; w < MASK_WORDS; w++)
+        h = (h ^ s->w[w]) * 1099511628211UL;
+    return h;
+}
+
+static const char *const PACKAGE_LIST_FILES[] = {
+#define PACKAGE_FILE(name) name,
+    CMK_PACKAGE_LIST_FILES(PACKAGE_FILE)
+#undef PACKAGE_FILE
+};
+
+/* derived[cpu]: every online CPU's package number where the kernel gives -1 (else -1), numbered as
+ * pinner/packages.py's number_packages does: a package one of its CPUs has an id for keeps the lowest
+ * such id; the others are numbered after the known ids, in the order of their lowest CPU. */
+static int derived_packages(const char *root, long *derived)
+{
+    static cpuset online, members;
+    static long known[MAX_CPUS];
+    struct package_group *groups = NULL;
+    size_t ngroups = 0, cap = 0;
+    str path = {0}, text = {0};
+    char what[40];
+    long next_id = 0;
+    int status = online_cpus(root, &online);
+    if (status)
+        return status;
+    for (unsigned c = 0; c < MAX_CPUS; c++) {
+        known[c] = derived[c] = -1;
+        if (!cs_has(&online, c))
+            continue;
+        snprintf(what, sizeof what, "the socket of CPU %u", c);
+        topology_path(&path, root, c, "physical_package_id");
+        text.len = 0;
+        if ((status = read_sysfs_text(what, path.p, MAX_NUMBER_FILE_BYTES, 1, &text)) > 1 ||
+            (status == 0 && (status = parse_package(what, path.p, text.p, &known[c]))))
+            return status;
+        if (known[c] >= next_id)
+            next_id = known[c] + 1;
+    }
+    for (unsigned c = 0; c < MAX_CPUS; c++) {
+        if (!cs_has(&online, c) || known[c] >= 0)
+            continue;
+        snprintf(what, sizeof what, "the socket of CPU %u", c);
+        status = 1;
+        for (size_t f = 0; f < sizeof PACKAGE_LIST_FILES / sizeof PACKAGE_LIST_FILES[0] && status == 1; f++) {
+            topology_path(&path, root, c, PACKAGE_LIST_FILES[f]);
+            text.len = 0;
+            if ((status = read_sysfs_text(what, path.p, MAX_LIST_FILE_BYTES, 1, &text)) > 1 ||
+                (status == 0 && (status = parse_sysfs_cpus(what, path.p, text.p,
+                                                           !strstr(PACKAGE_LIST_FILES[f], "_list"), &members))))
+                return status;
+        }
+        int listed = 0;
+        for (unsigned w = 0; w < MASK_WORDS && !listed; w++)
+            listed = members.w[w] != 0;
+        if (status == 1 || !listed)
+            continue;
+        cs_add(&members, c);
+        unsigned long hash = cs_hash(&members);
+        size_t g = 0;
+        while (g < ngroups && (groups[g].hash != hash || memcmp(&groups[g].members, &members, sizeof members)))
+            g++;
+        if (g == ngroups) {
+            if (ngroups == cap) {
+                cap = cap ? 2 * cap : 16;
+                if (!(groups = realloc(groups, cap * sizeof *groups)))
+                    out_of_memory();
+            }
+            long named = -1;
+            for (unsigned m = 0; m < MAX_CPUS; m++)
+                if (cs_has(&members, m) && known[m] >= 0 && (named < 0 || known[m] < named))
+                    named = known[m];
+            groups[g] = (struct package_group){members, hash, named >= 0 ? named : next_id++};
+            ngroups++;
+        }
+        derived[c] = groups[g].number;
+    }
+    free(groups);
+    free(path.p);
+    free(text.p);
     return 0;
 }
 
@@ -620,13 +873,27 @@ static int on_socket(const struct pool *p, cpuset *cpus, long socket_id, const c
     size_t npackages = 0;
     cpuset kept = {0};
     int any = 0;
+    static long ids[MAX_CPUS], derived[MAX_CPUS];
+    int unknown = 0;
+    for (unsigned c = 0; c < MAX_CPUS; c++) {
+        int status = cs_has(cpus, c) ? read_package(root, c, &ids[c]) : 0;
+        if (status)
+            return status;
+        unknown |= cs_has(cpus, c) && ids[c] == -1;
+    }
+    int status = unknown ? derived_packages(root, derived) : 0;
+    if (status)
+        return status;
     for (unsigned c = 0; c < MAX_CPUS; c++) {
         if (!cs_has(cpus, c))
             continue;
-        long package = 0;
-        int status = read_package(root, c, &package);
-        if (status)
-            return status;
+        long package = ids[c] == -1 ? derived[c] : ids[c];
+        if (package == -1) {
+            str path = {0};
+            topology_path(&path, root, c, "physical_package_id");
+            s_add(&msg, UNKNOWN_PACKAGE_TEXT);
+            return socket_read_error(c, path.p);
+        }
         if (package == socket_id) {
             cs_add(&kept, c);
             any = 1;

@@ -24,6 +24,16 @@
 #define NOT_REGULAR_TEXT "not a regular file (a FIFO, device or directory is refused)"
 #define SYMLINK_TEXT "a symbolic link (not followed)"
 #define MAX_NUMBER_FILE_BYTES 64
+#define MAX_LIST_FILE_BYTES 65536
+
+/* X(file): where a CPU's package list is read, in this order (pinner/packages.py) */
+#define CMK_PACKAGE_LIST_FILES(X) \
+    X("package_cpus_list") \
+    X("core_siblings_list") \
+    X("package_cpus") \
+    X("core_siblings") \
+
+#define UNKNOWN_PACKAGE_TEXT "-1 (unknown), and the CPU is offline or no package_cpus_list or core_siblings_list beside it names its package"
 
 /* X(name, env variable, resource, honours --socket-id) */
 #define CMK_POOLS(X) \
@@ -82,7 +92,7 @@ static const char HELP[] =
     "    4  no CPUs for the pool in the env\n"
     "    5  the pool's variable is not a cpu list\n"
     "    6  CPUs not allowed in this container\n"
-    "    7  --socket-id: no CPU on that socket, or sysfs unreadable\n"
+    "    7  --socket-id: no CPU on that socket, or sysfs unreadable or malformed\n"
     "    8  the kernel refused the affinity, or set another one\n"
     "  126  COMMAND not executable   127  COMMAND not found\n";
 

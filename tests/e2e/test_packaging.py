@@ -6,6 +6,7 @@ installing anything into this environment.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -73,3 +74,47 @@ def test_without_a_compiler_the_build_says_cmk_install_will_fail(clone: Path, tm
     _, printed = build(clone, "build_wheel", path=str(no_compiler))
     assert "warning: the self-contained pinner was not built, so 'cmk install' will fail: no C compiler found" \
         in printed
+
+
+def cmk_in(clone: Path, *args: str, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess[str]:
+    """``cmk ARGS`` run from ``clone``'s files alone, as a package without (or with) its built pinner runs."""
+    return subprocess.run([sys.executable, "-m", "deviceplugin", *args], cwd=clone,
+                          env={"PYTHONPATH": str(clone), "PATH": path, "HOME": str(clone.parent)},
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+DUMP = ["--sysfs-root", "examples/cmk-xeon_d/sys", "--procfs-root", "examples/cmk-xeon_d/proc", "--usage-window", "0"]
+
+
+def test_describe_notes_a_pinner_the_build_left_out_and_points_to_the_readme(clone: Path) -> None:
+    missing = clone / "pinner/bin/cmk"
+    note = (f"note: the self-contained pinner was not built ({missing} is missing, as after a build without a C "
+            "compiler), so 'cmk install' cannot put cmk on this node for workloads to run; README.md, section "
+            "Install says how to build it")
+    table = cmk_in(clone, "describe", *DUMP)
+    assert (table.returncode, table.stderr) == (0, "")
+    assert note in table.stdout.splitlines()
+    assert note.removeprefix("note: ") in json.loads(cmk_in(clone, "describe", "-o", "json", *DUMP).stdout)["plan"]["notes"]
+    assert "## Install" in (clone / "README.md").read_text()
+    build(clone, "build_editable")  # now the pinner is there: no note
+    assert "self-contained pinner" not in cmk_in(clone, "describe", *DUMP).stdout
+
+
+def test_demo_without_the_pinner_notes_it_and_builds_one_for_the_run(clone: Path) -> None:
+    result = cmk_in(clone, "demo")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    step_1 = lines[lines.index("1. Start the device plugin and a kubelet stand-in") + 1]
+    assert step_1.startswith(f"  note: the self-contained pinner was not built ({clone / 'pinner/bin/cmk'} is missing")
+    assert step_1.endswith("but 'cmk install' will not find it (README.md, section Install says how to build it)")
+
+
+def test_demo_without_the_pinner_or_a_compiler_is_one_line_pointing_to_the_readme(clone: Path, tmp_path: Path) -> None:
+    no_compiler = tmp_path / "bin"
+    no_compiler.mkdir()
+    result = cmk_in(clone, "demo", path=str(no_compiler))
+    assert (result.returncode, result.stderr.count("\n")) == (1, 1), result.stderr
+    assert result.stderr.startswith(f"cmk demo: error: the self-contained pinner was not built ({clone / 'pinner/bin/cmk'} "
+                                    "is missing, as after a build without a C compiler), and building it for this run "
+                                    "failed: no C compiler found")
+    assert result.stderr.endswith(" (README.md, section Install)\n")

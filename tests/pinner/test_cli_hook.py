@@ -27,5 +27,6 @@ def test_without_the_static_pinner_help_still_shows_and_a_run_says_how_to_build_
     assert capsys.readouterr().out == HOOK_HELP
     assert hook([], binary=missing) == 2
     assert capsys.readouterr().err == (
-        f"cmk hook: error: the hook is the static pinner's and it was not built ({missing} is missing): build it "
-        "with 'python -m pinner.build', or run the installed one, e.g. /opt/bin/cmk hook\n")
+        f"cmk hook: error: the hook is the static pinner's, and the self-contained pinner was not built ({missing} "
+        "is missing, as after a build without a C compiler): build it with 'python -m pinner.build' "
+        "(README.md, section Install), or run the installed one, e.g. /opt/bin/cmk hook\n")

@@ -157,6 +157,16 @@ ISOLATE = [
            {**ENV, "CMK_SYSFS_ROOT": TMP + "/sys"},
            setup=at(f"sys/devices/system/cpu/cpu{CPU}/topology/physical_package_id", make))
       for name, make in HOSTILE_FILES.items()),
+    *(Case("isolate sysfs", f"package-list-{name}", ("--pool=exclusive", "--socket-id=0", "true"),
+           {**ENV, "CMK_SYSFS_ROOT": TMP + "/sys"},
+           setup=both(at(f"sys/devices/system/cpu/cpu{CPU}/topology/physical_package_id", content(b"-1\n")),
+                      at(f"sys/devices/system/cpu/cpu{CPU}/topology/core_siblings_list", make)))
+      for name, make in HOSTILE_FILES.items()),
+    *(Case("isolate sysfs", f"online-{name}", ("--pool=exclusive", "--socket-id=0", "true"),
+           {**ENV, "CMK_SYSFS_ROOT": TMP + "/sys"},
+           setup=both(at(f"sys/devices/system/cpu/cpu{CPU}/topology/physical_package_id", content(b"-1\n")),
+                      at("sys/devices/system/cpu/online", make)))
+      for name, make in HOSTILE_FILES.items()),
     *(Case("isolate sysfs", f"root-{name}", ("--pool=exclusive", "--socket-id=0", "true"),
            {**ENV, "CMK_SYSFS_ROOT": TMP + "/root"}, setup=at("root", make))
       for name, make in {"fifo": fifo, "file": content(b"0\n"), "loop": loop, "missing": HOSTILE_FILES["missing"],
