@@ -3,7 +3,8 @@
 With the kubelet's pod resources socket reachable, also the live view: which
 container holds which devices and CPUs, what is free per NUMA node, what is
 unhealthy. An unreachable socket is not an error: the plan alone is shown,
-with one line saying why the live view is missing.
+with one line saying why the live view is missing. Last, the containers the
+node-wide hook did not confine, from the cgroup tree under the sysfs root.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from deviceplugin.view.describe import describe_data, render_table
 
 if TYPE_CHECKING:
     from deviceplugin.model.cpustats import Place
+    from deviceplugin.model.plan import PoolPlan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +64,7 @@ def _window(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     from deviceplugin.kubelet.podresources import Unavailable, read_assignments
+    from deviceplugin.model.confinement import held_sets
     from deviceplugin.model.cpustats import held_cpus, places
     from deviceplugin.model.devices import device_tree
     from deviceplugin.model.withheld import withheld_cores
@@ -78,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         data["plan"]["notes"].append(note)
     tree = device_tree(plan, topology.online)
     socket = str(args.pod_resources_socket)
-    held = None
+    held = shapes = None
     if args.sysfs_root != DEFAULT_SYSFS_ROOT and not socket_given:
         # this host's kubelet knows nothing of another machine's dump: do not dial it
         data["live"] = unavailable(socket, f"{args.sysfs_root} is a dump, not this host "
@@ -92,10 +95,13 @@ def run(args: argparse.Namespace) -> int:
             data["live"] = live_data(tree, assignments, socket, topology.offline)
             data["live"]["notes"] += [w.message for w in withheld]
             held = held_cpus(tree, assignments.held)
+            shapes = held_sets(tree, assignments)
         except Unavailable as err:
             data["live"] = unavailable(socket, str(err))
     if args.usage_window:
         data["usage"] = _usage(args.procfs_root, places(topology, plan), args.usage_window, held)
+    if args.sysfs_root == DEFAULT_SYSFS_ROOT or (args.sysfs_root / "fs" / "cgroup").exists():
+        data["unconfined"] = _unconfined(args.sysfs_root, plan, shapes)
     if args.output == "json":
         print(json.dumps(data, indent=2))
     elif args.output == "yaml":
@@ -105,6 +111,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_table(data))
     return 0
+
+
+def _unconfined(sysfs_root: Path, plan: PoolPlan, held: frozenset[frozenset[int]] | None) -> dict[str, Any]:
+    """The containers the node-wide hook did not confine, from the cgroup tree under ``sysfs_root`` (a dump's too)."""
+    from deviceplugin.host.cgroups import NoHierarchy, scan
+    from deviceplugin.host.files import FileProblem
+    from deviceplugin.model.confinement import exclusive_cpus, unconfined
+    from deviceplugin.view import unconfined as view
+
+    try:
+        found = scan(sysfs_root)
+    except (NoHierarchy, FileProblem) as err:
+        return view.unavailable(str(err))
+    return view.unconfined_data(str(found.hierarchy), found.version, len(found.containers),
+                                unconfined(found.containers, exclusive_cpus(plan), held), complete=found.complete,
+                                notes=found.notes, kubelet_read=held is not None)
 
 
 def _usage(procfs_root: Path, place: Mapping[int, Place], seconds: float, held: frozenset[int] | None) -> dict[str, Any]:

@@ -137,14 +137,17 @@ def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: 
     resolver.start()
     cleanup.callback(resolver.stop)
     if args.metrics_address is not None:
+        from deviceplugin.model.confinement import exclusive_cpus
         from deviceplugin.model.cpustats import places
+        from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
         from deviceplugin.observe.cpumetrics import CpuCollector
         from deviceplugin.observe.metrics import Metrics, PoolCollector, serve_metrics
 
         cpu_stats = CpuCollector(procfs_root=args.procfs_root, places=places(daemon.topology, daemon.plan))
         collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
                                   registered=daemon.registered_resources, pod_resources=args.pod_resources_socket,
-                                  cpu_stats=cpu_stats)
+                                  cpu_stats=cpu_stats, confinement=UnconfinedCollector(
+                                      sysfs_root=args.sysfs_root, exclusive=exclusive_cpus(daemon.plan)))
         metrics = Metrics(collector, daemon.tree, config_fallback=daemon.settings.config_problem is not None)
         events.listen(metrics.on_event)
         host, port = cleanup.enter_context(serve_metrics(metrics.registry, *args.metrics_address))

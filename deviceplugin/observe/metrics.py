@@ -39,9 +39,11 @@ from deviceplugin.kubelet.podresources import (
     read_assignments,
 )
 from deviceplugin.model.assignments import Assignments
+from deviceplugin.model.confinement import held_sets
 from deviceplugin.model.cpustats import held_cpus
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.plan import PoolPlan
+from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
 from deviceplugin.observe.cpumetrics import CpuCollector
 from deviceplugin.observe.httpserver import BoundedHttpServer
 
@@ -54,9 +56,11 @@ class PoolCollector(Collector):
 
     def __init__(self, *, tree: Callable[[], DeviceTree], plan: PoolPlan,
                  registered: Callable[[], frozenset[str]], pod_resources: Path | None,
-                 timeout: float = DEFAULT_TIMEOUT, cpu_stats: CpuCollector | None = None) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, cpu_stats: CpuCollector | None = None,
+                 confinement: UnconfinedCollector | None = None) -> None:
         self._tree = tree
         self._cpu_stats = cpu_stats
+        self._confinement = confinement
         self._plan = plan
         self._registered = registered
         self._pod_resources = pod_resources
@@ -114,6 +118,8 @@ class PoolCollector(Collector):
         yield up
         if self._cpu_stats is not None:  # one pod resources read per scrape serves both
             yield from self._cpu_stats.families(None if assignments is None else held_cpus(tree, assignments.held))
+        if self._confinement is not None:
+            yield from self._confinement.families(None if assignments is None else held_sets(tree, assignments))
         if assignments is None:
             return
         allocated = GaugeMetricFamily("cmk_pool_allocated_devices",

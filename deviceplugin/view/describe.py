@@ -3,7 +3,8 @@
 The data form is the contract for ``--output json|yaml`` (scripts read it);
 the table is for a person at a terminal. A ``live`` section, when the caller
 adds one (:mod:`deviceplugin.view.live`), is rendered after the plan, and a
-``usage`` section (:mod:`deviceplugin.view.usage`) after that.
+``usage`` section (:mod:`deviceplugin.view.usage`) after that, and last an
+``unconfined`` one (:mod:`deviceplugin.view.unconfined`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from deviceplugin.model.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
 from deviceplugin.model.topology import Core, Topology
 from deviceplugin.view.live import render_live
 from deviceplugin.view.tables import align_columns
+from deviceplugin.view.unconfined import render_unconfined
 from deviceplugin.view.usage import render_usage
 from pinner.cpulist import format_cpu_list
 
@@ -123,4 +125,6 @@ def render_table(data: dict[str, Any]) -> str:
         lines += ["", *render_live(data["live"])]
     if "usage" in data:
         lines += ["", *render_usage(data["usage"])]
+    if "unconfined" in data:
+        lines += ["", *render_unconfined(data["unconfined"])]
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from deviceplugin.model.cpustats import Place
+from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
 from deviceplugin.observe.cpumetrics import CpuCollector
 from tests.procfs_counters import Known, write_counters
 from tests.unit.test_prometheus_rules import PROMETHEUS as RULES
@@ -26,6 +27,8 @@ from tests.unit.test_prometheus_rules import promtool
     ("rate(cmk_cpu_unheld_busy_seconds_total[5m]) > 0.1", "rate(cmk_cpu_unheld_busy_seconds_total[5m]) > 2"),
     ('isolated="true"}[5m]) > 100', 'isolated="true"}[5m]) > 1000'),
     ("cmk_cpu_stats_up == 0", "cmk_cpu_stats_up == 2"),
+    ("cmk_unconfined_containers > 0", "cmk_unconfined_containers > 2"),
+    ("cmk_cgroup_scan_up == 0", "cmk_cgroup_scan_up == 2"),
     ("sum by (instance, pool, numa_node) (rate(cmk_cpu_busy_seconds_total[5m]))",
      "max by (instance, pool, numa_node) (rate(cmk_cpu_busy_seconds_total[5m]))"),
 ])
@@ -39,7 +42,7 @@ def test_the_rule_tests_fail_when_a_rule_is_broken(tmp_path, rule, broken):
 
 
 class _Families(Collector):
-    def __init__(self, collector: CpuCollector) -> None:
+    def __init__(self, collector: CpuCollector | UnconfinedCollector) -> None:
         self._collector = collector
 
     def collect(self):  # type: ignore[no-untyped-def]
@@ -50,6 +53,10 @@ def test_every_series_the_rules_read_is_one_the_daemon_exports(tmp_path):
     write_counters(tmp_path, {0: Known(user=5, idle=5)})
     registry = CollectorRegistry()
     registry.register(_Families(CpuCollector(procfs_root=tmp_path, places={0: Place("exclusive", "0", True)})))
+    cpuset = tmp_path / "fs/cgroup/cpuset"
+    cpuset.mkdir(parents=True)
+    (cpuset / "cpuset.effective_cpus").write_text("0\n")
+    registry.register(_Families(UnconfinedCollector(sysfs_root=tmp_path, exclusive=frozenset({0}))))
     exported = {s.name for family in text_string_to_metric_families(generate_latest(registry).decode())
                 for s in family.samples}
     groups = yaml.safe_load((RULES / "isolation-rules.yaml").read_text())["groups"]

@@ -167,8 +167,12 @@ def test_daemon_mounts_kubelet_dirs_install_dir_and_nfd_dir_but_not_host_sys(kus
     assert by_host["/opt/bin"]["readOnly"] is True
     assert by_host["/var/lib/kubelet/pod-resources"]["readOnly"] is True
     assert by_host["/etc/kubernetes/node-feature-discovery/features.d"].get("readOnly") is not True
-    # the container's own /sys is the real sysfs: kernel CPU uevents are taken only there
-    assert "/sys" not in by_host and not any(m.startswith("/sys") for m in mounts)
+    # the container's own /sys is the real sysfs: kernel CPU uevents are taken only there; only the host's
+    # cgroup tree is laid over its fs/cgroup, read-only down to v1's per-controller mounts
+    assert "/sys" not in by_host and [m for m in mounts if m.startswith("/sys")] == ["/sys/fs/cgroup"]
+    cgroup = mounts["/sys/fs/cgroup"]
+    assert host_paths[cgroup["name"]] == "/sys/fs/cgroup"
+    assert (cgroup["readOnly"], cgroup["recursiveReadOnly"]) == (True, "IfPossible")
     assert not [arg for arg in daemon_container(kustomization)["args"] if arg.startswith("--sysfs-root")]
     (install,) = spec["initContainers"]
     assert install["args"][0] == "install"

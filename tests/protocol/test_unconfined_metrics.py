@@ -1,0 +1,66 @@
+"""``cmk_unconfined_containers`` from a cgroup tree in a dump, with the stand-in's pod resources over a real socket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import generate_latest
+
+from deviceplugin.model.confinement import exclusive_cpus
+from deviceplugin.model.plan import Pool
+from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
+from deviceplugin.observe.metrics import Metrics, PoolCollector
+from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
+from pinner.cpulist import format_cpu_list
+from tests.protocol.test_cpu_metrics import parse
+from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
+    EXCLUSIVE,
+    INFRA,
+    SHARED,
+    cpus_of,
+    start_daemon,
+    wait_registered,
+)
+from tests.protocol.test_metrics_lint import lint
+from tests.topologies import fixture_copy
+
+UP, COUNT = ("cmk_cgroup_scan_up", frozenset()), ("cmk_unconfined_containers", frozenset())
+
+
+def container(root: Path, name: str, cpus: object) -> None:
+    path = root / "kubepods" / name
+    path.mkdir(parents=True)
+    (path / "cpuset.effective_cpus").write_text(format_cpu_list(cpus) + "\n")  # type: ignore[arg-type]
+
+
+def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_hold(kubelet: Kubelet,
+                                                                                     start_daemon,  # noqa: F811
+                                                                                     tmp_path):
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
+    daemon = start_daemon(sysfs, procfs, num_exclusive_cores=3, num_shared_cores=1)
+    wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
+    collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan, registered=daemon.registered_resources,
+                              pod_resources=kubelet.pod_resources_socket,
+                              confinement=UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan)))
+    registry = Metrics(collector, daemon.tree).registry
+    samples = parse(generate_latest(registry).decode())
+    assert samples[UP] == 0 and COUNT not in samples  # the dump has no cgroup tree: left out, not 0
+
+    root = sysfs / "fs/cgroup/cpuset"
+    root.mkdir(parents=True)
+    (root / "cpuset.effective_cpus").write_text("0-15\n")
+    container(root, "a" * 64, range(16))  # born before the hook: the whole node
+    container(root, "b" * 64, daemon.plan.cpus(Pool.INFRA))  # the infra record
+    pod = kubelet.admit(PodSpec("mixed", containers=(ContainerSpec("fwd", limits={EXCLUSIVE: 1, INFRA: 1}),)))
+    fwd = pod.container("fwd")
+    core = frozenset(cpu for i in fwd.device_ids[EXCLUSIVE] for cpu in cpus_of(i, sysfs, procfs))
+    container(root, "c" * 64, core | daemon.plan.cpus(Pool.INFRA))  # what the hook gives fwd
+    container(root, "d" * 64, core)  # a core alone
+    text = generate_latest(registry).decode()
+    lint(text)
+    samples = parse(text)
+    assert (samples[UP], samples[COUNT]) == (1, 1)  # only the node-wide one
+
+    kubelet.stop()  # holdings unknown: fwd's core-and-infra cpuset cannot be told from an unconfined one
+    samples = parse(generate_latest(registry).decode())
+    assert (samples[UP], samples[COUNT]) == (1, 2)
