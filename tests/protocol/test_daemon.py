@@ -178,7 +178,7 @@ def preference_requests(draw, ids: list[str]):
     return available, must, size
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_preferred_allocation_properties_through_grpc(preferring_daemon, data):
     plugin_dir, nodes = preferring_daemon

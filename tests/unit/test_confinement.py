@@ -87,7 +87,7 @@ def _hook_shapes(plan: PoolPlan) -> st.SearchStrategy[tuple[frozenset[int], bool
                      st.lists(st.sampled_from(range(len(groups))), max_size=2))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(data=st.data())
 def test_no_cpuset_the_hook_hands_out_is_unconfined(planned: tuple[PoolPlan, frozenset[int]], data: st.DataObject) -> None:
     plan, _ = planned
@@ -116,7 +116,7 @@ def test_the_node_wide_cpuset_of_a_container_born_before_the_hook_is_unconfined(
         assert [(u.container.cgroup, u.exclusive) for u in found] == [(f"/kubepods/pod1/{ID}", exclusive)]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(data=st.data())
 def test_a_cpuset_reaching_exclusive_and_other_cpus_is_unconfined_unless_one_container_holds_it(
         planned: tuple[PoolPlan, frozenset[int]], data: st.DataObject) -> None:

@@ -194,7 +194,7 @@ def topologies_and_options(draw):
     return topo, options
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(topologies_and_options())
 def test_any_plan_has_disjoint_pools_of_whole_online_cores(case):
     topology, options = case

@@ -329,7 +329,7 @@ def requests(draw):
 
 
 @given(requests(), st.randoms(use_true_random=False))
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 def test_properties_on_literal_topologies(request, shuffle):
     check_answer(*request, shuffle)
 
@@ -370,7 +370,7 @@ def machine(name: str) -> dict[str, Core]:
 
 @pytest.mark.parametrize("name", sorted(MULTI_NUMA))
 @given(shuffle=st.randoms(use_true_random=False))
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 def test_properties_on_real_machines(name, shuffle):
     cores = machine(name)
     assert len({core.node for core in cores.values()}) == MULTI_NUMA[name]
