@@ -25,12 +25,12 @@ from tests.e2e.podman import (
     container_pid,
     descendants,
     hook_devices,
-    last_cpus,
     podman,
     run_with_hooks,
     weighty_cgroup_parent,
 )
 from tests.e2e.test_cdi_podman import host_view, plan_cpus
+from tests.threads import last_cpus
 
 pytestmark = pytest.mark.e2e
 

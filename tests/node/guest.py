@@ -23,13 +23,18 @@ import tempfile
 import time
 import traceback
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deviceplugin.host import nodewide
+from pinner import hook as cmk_hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.node import oci, shapes
+from tests.threads import last_cpus
 
 if TYPE_CHECKING:
     from deviceplugin.standin import Kubelet
@@ -378,31 +383,34 @@ def _rootfs(path: Path) -> None:
         (path / "bin" / applet).symlink_to("busybox")
 
 
-def _hook(node: Node, runtime: str, figures: dict[str, Any]) -> str:
-    """A bundle carrying the daemon's CDI edits and the Allocate answer; runc/crun run it; the hook confines it."""
-    answer = node.answers["exclusive"]
-    want = cpus(answer["envs"][ENV["exclusive"]])
-    online = cpus(node.facts["online"])
-    name = f"cmk-node-{runtime}-{os.getpid()}"
+@dataclass(frozen=True)
+class Running:
+    """A container runc/crun started, as the host sees it: its init's pid, its lines so far, its cgroup."""
+
+    pid: int
+    lines: list[str]
+    cgroup: str
+    allowed: frozenset[int]
+    effective: frozenset[int]
+
+
+def _bundle(node: Node, runtime: str, name: str, script: str) -> dict[str, Any]:
+    """The runtime's own default config.json for a busybox root running ``script`` in cgroup ``/name``."""
     bundle = node.work / name
     _rootfs(bundle / "rootfs")
-    state = node.work / f"{runtime}-state"
     subprocess.run([runtime, "spec"], cwd=bundle, check=True, capture_output=True)
     config = json.loads((bundle / "config.json").read_text())
-    script = ("grep Cpus_allowed_list /proc/self/status; "
-              f"taskset -p -c {show(online)} $$ >/dev/null 2>&1; echo taskset $?; "
-              "grep Cpus_allowed_list /proc/self/status; echo ready; exec sleep 600")
     config["process"].update(args=["sh", "-c", script], terminal=False)
     config["process"]["env"] = ["PATH=/bin"]
     config["root"] = {"path": "rootfs", "readonly": True}
     config["linux"]["cgroupsPath"] = f"/{name}"
-    specs = node.cdi_specs()
-    config = oci.apply_answer(config, answer["envs"], answer["mounts"], [], {})
-    # The kubelet appends the pod's own env after the plugins': a pod claiming every CPU must not widen it.
-    config["process"]["env"].append(f"{ENV['exclusive']}={format_cpu_list(online)}")
-    config = oci.apply_cdi(config, specs, answer["cdi"])
-    hooked = oci.hook_cpus(config)
-    expect(hooked == want, f"config.json's cmk hook entries carry --cpus {show(hooked)}, Allocate gave {show(want)}")
+    return config
+
+
+@contextmanager
+def running(node: Node, runtime: str, name: str, config: dict[str, Any]) -> Iterator[Running]:
+    """``runtime run`` the bundle ``name`` with ``config`` until its script printed ``ready``; killed and deleted after."""
+    bundle, state = node.work / name, node.work / f"{runtime}-state"
     (bundle / "config.json").write_text(json.dumps(config, indent=1))
     out, err = bundle / "stdout", bundle / "stderr"
     with out.open("w") as stdout, err.open("w") as stderr:
@@ -420,7 +428,8 @@ def _hook(node: Node, runtime: str, figures: dict[str, Any]) -> str:
         status = {k: v.strip() for k, _, v in (line.partition(":") for line in
                                                Path(f"/proc/{pid}/status").read_text().splitlines())}
         path = Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1]
-        effective = read(CGROUP / path.lstrip("/") / "cpuset.cpus.effective")
+        yield Running(pid, lines, path, cpus(status["Cpus_allowed_list"]),
+                      cpus(read(CGROUP / path.lstrip("/") / "cpuset.cpus.effective")))
     finally:
         subprocess.run([runtime, "--root", str(state), "kill", name, "KILL"], check=False, capture_output=True)
         try:
@@ -428,15 +437,59 @@ def _hook(node: Node, runtime: str, figures: dict[str, Any]) -> str:
         except subprocess.TimeoutExpired:
             process.kill()
         subprocess.run([runtime, "--root", str(state), "delete", "--force", name], check=False, capture_output=True)
-    inside_before = cpus(lines[0].split(":", 1)[1])
-    inside_after = cpus(lines[2].split(":", 1)[1])
-    allowed = cpus(status["Cpus_allowed_list"])
-    expect(allowed == want and inside_before == want,
-           f"Cpus_allowed_list {show(allowed)} (inside: {show(inside_before)}), Allocate gave {show(want)}")
-    expect(cpus(effective) == want, f"{path}/cpuset.cpus.effective is {effective}, Allocate gave {show(want)}")
-    expect(inside_after == want, f"taskset -c {show(online)} inside widened it to {show(inside_after)}")
-    return (f"{runtime}: pid {pid} in {path}: Cpus_allowed_list {show(allowed)}, cpuset.cpus.effective {effective}; "
-            f"after 'taskset -p -c {show(online)}' ({lines[1]}) still {show(inside_after)}")
+
+
+def inside(line: str) -> frozenset[int]:
+    """The CPUs of a ``Cpus_allowed_list:`` line the container's script printed."""
+    return cpus(line.split(":", 1)[1])
+
+
+def _pinned(node: Node, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the exclusive Allocate answer and its CDI devices applied, and a pod env claiming every CPU."""
+    answer = node.answers["exclusive"]
+    config = oci.apply_answer(config, answer["envs"], answer["mounts"], [], {})
+    # The kubelet appends the pod's own env after the plugins': a pod claiming every CPU must not widen it.
+    config["process"]["env"].append(f"{ENV['exclusive']}={format_cpu_list(cpus(node.facts['online']))}")
+    return oci.apply_cdi(config, node.cdi_specs(), answer["cdi"])
+
+
+def node_wide(node: Node, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the hooks.d declaration ``cmk install`` wrote beside the binary applied, as podman/CRI-O do."""
+    declarations = oci.read_hooks_dirs([node.install_dir])
+    expect(nodewide.DECLARATION_NAME in declarations,
+           f"no {nodewide.DECLARATION_NAME} with an existing hook binary in {node.install_dir}")
+    return oci.apply_hooks(config, declarations)
+
+
+def infra_record(node: Node) -> frozenset[int]:
+    """The record the daemon wrote, which must hold the CPUs of its infra Allocate answer."""
+    record = cpus(read(nodewide.record_path(node.install_dir)))
+    infra = cpus(node.answers["infra"]["envs"][ENV["infra"]])
+    expect(record == infra, f"the infra record holds {show(record)}, the daemon's infra answer {show(infra)}")
+    return record
+
+
+def _hook(node: Node, runtime: str, figures: dict[str, Any]) -> str:
+    """A bundle carrying the daemon's CDI edits and the Allocate answer; runc/crun run it; the hook confines it."""
+    want = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
+    online = cpus(node.facts["online"])
+    name = f"cmk-node-{runtime}-{os.getpid()}"
+    script = ("grep Cpus_allowed_list /proc/self/status; "
+              f"taskset -p -c {show(online)} $$ >/dev/null 2>&1; echo taskset $?; "
+              "grep Cpus_allowed_list /proc/self/status; echo ready; exec sleep 600")
+    config = _pinned(node, _bundle(node, runtime, name, script))
+    hooked = oci.hook_cpus(config)
+    expect(hooked == want, f"config.json's cmk hook entries carry --cpus {show(hooked)}, Allocate gave {show(want)}")
+    with running(node, runtime, name, config) as ran:
+        pass
+    expect(ran.allowed == want and inside(ran.lines[0]) == want,
+           f"Cpus_allowed_list {show(ran.allowed)} (inside: {show(inside(ran.lines[0]))}), Allocate gave {show(want)}")
+    expect(ran.effective == want, f"{ran.cgroup}/cpuset.cpus.effective is {show(ran.effective)}, "
+                                  f"Allocate gave {show(want)}")
+    expect(inside(ran.lines[2]) == want, f"taskset -c {show(online)} inside widened it to {show(inside(ran.lines[2]))}")
+    return (f"{runtime}: pid {ran.pid} in {ran.cgroup}: Cpus_allowed_list {show(ran.allowed)}, cpuset.cpus.effective "
+            f"{show(ran.effective)}; after 'taskset -p -c {show(online)}' ({ran.lines[1]}) still "
+            f"{show(inside(ran.lines[2]))}")
 
 
 def check_hook_runc(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
@@ -445,6 +498,112 @@ def check_hook_runc(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -
 
 def check_hook_crun(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
     return _hook(node, "crun", figures)
+
+
+def _ordinary(node: Node, runtime: str) -> str:
+    """A container holding no cmk device, only the node-wide hook applied: born on infra, cannot reach exclusive."""
+    infra = infra_record(node)
+    exclusive = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
+    online = cpus(node.facts["online"])
+    name = f"cmk-node-ordinary-{runtime}-{os.getpid()}"
+    script = (f"grep Cpus_allowed_list /proc/self/status; taskset -c {show(exclusive)} true 2>/dev/null; "
+              f"echo reach $?; taskset -p -c {show(online)} $$ >/dev/null 2>&1; "
+              "grep Cpus_allowed_list /proc/self/status; echo ready; exec sleep 600")
+    config = node_wide(node, _bundle(node, runtime, name, script))
+    with running(node, runtime, name, config) as ran:
+        pass
+    expect(ran.allowed == infra and inside(ran.lines[0]) == infra,
+           f"Cpus_allowed_list {show(ran.allowed)} (inside: {show(inside(ran.lines[0]))}), infra is {show(infra)}")
+    expect(ran.effective == infra, f"{ran.cgroup}/cpuset.cpus.effective is {show(ran.effective)}, infra {show(infra)}")
+    expect(ran.lines[1].startswith("reach ") and ran.lines[1] != "reach 0", f"'taskset -c {show(exclusive)} true' inside ran on the exclusive CPUs")
+    expect(inside(ran.lines[2]) == infra,
+           f"taskset -p -c {show(online)} inside widened it to {show(inside(ran.lines[2]))}")
+    return (f"{runtime}: Cpus_allowed_list and cpuset.cpus.effective {show(infra)} = the infra record; "
+            f"'taskset -c {show(exclusive)} true' inside: {ran.lines[1]}; after 'taskset -p -c {show(online)}' "
+            f"still {show(inside(ran.lines[2]))}")
+
+
+def check_ordinary_runc(node: Node, plan: dict[str, Any]) -> str:
+    return _ordinary(node, "runc")
+
+
+def check_ordinary_crun(node: Node, plan: dict[str, Any]) -> str:
+    return _ordinary(node, "crun")
+
+
+def _both_hooks(node: Node, runtime: str) -> str:
+    """A pinned container with its CDI edits and the node-wide hook: it gets exactly what the CDI hook gives it."""
+    want = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
+    name = f"cmk-node-pinned-{runtime}-{os.getpid()}"
+    script = "grep Cpus_allowed_list /proc/self/status; echo ready; exec sleep 600"
+    config = node_wide(node, _pinned(node, _bundle(node, runtime, name, script)))
+    hooks = [entry["args"][2:] for entry in config["hooks"]["createRuntime"]]
+    expect(any(a[0].startswith(f"{cmk_hook.NODE_WIDE_OPTION}=") for a in hooks) and oci.hook_cpus(config) == want,
+           f"config.json's createRuntime hooks {hooks}: not the CDI hook's --cpus={show(want)} and the node-wide one")
+    with running(node, runtime, name, config) as ran:
+        pass
+    expect((ran.allowed, ran.effective, inside(ran.lines[0])) == (want, want, want),
+           f"Cpus_allowed_list {show(ran.allowed)}, cpuset.cpus.effective {show(ran.effective)}, inside "
+           f"{show(inside(ran.lines[0]))}: the CDI hook gives {show(want)}")
+    return f"{runtime}: hooks {hooks} -> Cpus_allowed_list and cpuset.cpus.effective {show(want)}, the CDI hook's"
+
+
+def check_both_hooks_runc(node: Node, plan: dict[str, Any]) -> str:
+    return _both_hooks(node, "runc")
+
+
+def check_both_hooks_crun(node: Node, plan: dict[str, Any]) -> str:
+    return _both_hooks(node, "crun")
+
+
+#: More busy loops than the infra CPUs of the shapes without isolcpus: unconfined, the scheduler spreads them.
+NOISY_LOOPS = 3
+SAMPLE_SECONDS = 3.0
+
+
+def _samples_on(node: Node, runtime: str, name: str, hooked: bool, exclusive: frozenset[int]) -> tuple[int, int]:
+    """(samples on ``exclusive``, all samples) of the CPU each thread of a noisy container last ran on, every 10 ms."""
+    script = "".join("(while :; do :; done) & " for _ in range(NOISY_LOOPS)) + "echo ready; exec sleep 600"
+    config = _bundle(node, runtime, name, script)
+    with running(node, runtime, name, node_wide(node, config) if hooked else config) as ran:
+        procs = CGROUP / ran.cgroup.lstrip("/") / "cgroup.procs"
+        hits = total = 0
+        deadline = time.monotonic() + SAMPLE_SECONDS
+        while time.monotonic() < deadline:
+            for pid in read(procs).split():
+                try:
+                    last = last_cpus(int(pid))
+                except FileNotFoundError:
+                    continue
+                hits += sum(1 for cpu in last if cpu in exclusive)
+                total += len(last)
+            time.sleep(0.01)
+    return hits, total
+
+
+def _noisy(node: Node, runtime: str, figures: dict[str, Any]) -> str:
+    """A noisy ordinary container runs on exclusive CPUs without the node-wide hook, and never with it."""
+    exclusive = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
+    infra_record(node)
+    name = f"cmk-node-noisy-{runtime}-{os.getpid()}"
+    baseline = _samples_on(node, runtime, name, False, exclusive)
+    confined = _samples_on(node, runtime, f"{name}-hooked", True, exclusive)
+    figures.setdefault("noisy_samples_on_exclusive", {})[runtime] = {
+        "exclusive": show(exclusive), "loops": NOISY_LOOPS, "seconds": SAMPLE_SECONDS,
+        "baseline": list(baseline), "node_wide_hook": list(confined)}
+    seen = (f"{runtime}, {NOISY_LOOPS} busy loops, samples on exclusive CPUs {show(exclusive)}: without the hook "
+            f"{baseline[0]} of {baseline[1]}, with the node-wide hook {confined[0]} of {confined[1]}")
+    expect(baseline[0] > 0, f"{seen}: the baseline never used an exclusive CPU, so it proves nothing")
+    expect(confined[0] == 0 and confined[1] > 0, seen)
+    return seen
+
+
+def check_noisy_runc(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    return _noisy(node, "runc", figures)
+
+
+def check_noisy_crun(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    return _noisy(node, "crun", figures)
 
 
 #: `cmk` commands whose JSON a check reads, started at boot so they overlap with the daemon's start.
@@ -559,6 +718,12 @@ CHECKS: dict[str, Callable[..., str]] = {
     shapes.PYTHON_PINNER: check_python_pinner,
     shapes.HOOK_RUNC: check_hook_runc,
     shapes.HOOK_CRUN: check_hook_crun,
+    shapes.ORDINARY_RUNC: check_ordinary_runc,
+    shapes.ORDINARY_CRUN: check_ordinary_crun,
+    shapes.BOTH_HOOKS_RUNC: check_both_hooks_runc,
+    shapes.BOTH_HOOKS_CRUN: check_both_hooks_crun,
+    shapes.NOISY_RUNC: check_noisy_runc,
+    shapes.NOISY_CRUN: check_noisy_crun,
     shapes.HOST_CONFIG: check_host_config,
     shapes.DESCRIBE: check_describe,
     shapes.NO_REBOOT: check_no_reboot,
@@ -566,10 +731,10 @@ CHECKS: dict[str, Callable[..., str]] = {
 }
 #: Checks that need the daemon serving.
 NEEDS_DAEMON = {shapes.DEVICES, shapes.POOLS, shapes.HOTPLUG, shapes.STATIC_PINNER, shapes.PYTHON_PINNER,
-                shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG, shapes.USAGE}
+                shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG, shapes.USAGE, *shapes.NODE_WIDE}
 #: The order that lets later checks use earlier answers (pinners and hooks use the pools' answers).
 ORDER = [shapes.KERNEL, shapes.POOLS, shapes.DEVICES, shapes.HOST_CONFIG, shapes.STATIC_PINNER,
-         shapes.PYTHON_PINNER, shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOTPLUG, shapes.USAGE, shapes.DESCRIBE,
+         shapes.PYTHON_PINNER, shapes.HOOK_RUNC, shapes.HOOK_CRUN, *shapes.NODE_WIDE, shapes.HOTPLUG, shapes.USAGE, shapes.DESCRIBE,
          shapes.NO_REBOOT]
 
 
