@@ -34,7 +34,7 @@ from deviceplugin.host import nodewide
 from pinner import hook as cmk_hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.node import oci, shapes
-from tests.threads import last_cpus
+from tests.threads import samples_on
 
 if TYPE_CHECKING:
     from deviceplugin.standin import Kubelet
@@ -561,24 +561,13 @@ NOISY_LOOPS = 3
 SAMPLE_SECONDS = 3.0
 
 
-def _samples_on(node: Node, runtime: str, name: str, hooked: bool, exclusive: frozenset[int]) -> tuple[int, int]:
+def _noisy_samples(node: Node, runtime: str, name: str, hooked: bool, exclusive: frozenset[int]) -> tuple[int, int]:
     """(samples on ``exclusive``, all samples) of the CPU each thread of a noisy container last ran on, every 10 ms."""
     script = "".join("(while :; do :; done) & " for _ in range(NOISY_LOOPS)) + "echo ready; exec sleep 600"
     config = _bundle(node, runtime, name, script)
     with running(node, runtime, name, node_wide(node, config) if hooked else config) as ran:
         procs = CGROUP / ran.cgroup.lstrip("/") / "cgroup.procs"
-        hits = total = 0
-        deadline = time.monotonic() + SAMPLE_SECONDS
-        while time.monotonic() < deadline:
-            for pid in read(procs).split():
-                try:
-                    last = last_cpus(int(pid))
-                except FileNotFoundError:
-                    continue
-                hits += sum(1 for cpu in last if cpu in exclusive)
-                total += len(last)
-            time.sleep(0.01)
-    return hits, total
+        return samples_on(lambda: [int(pid) for pid in read(procs).split()], exclusive, SAMPLE_SECONDS)
 
 
 def _noisy(node: Node, runtime: str, figures: dict[str, Any]) -> str:
@@ -586,8 +575,8 @@ def _noisy(node: Node, runtime: str, figures: dict[str, Any]) -> str:
     exclusive = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
     infra_record(node)
     name = f"cmk-node-noisy-{runtime}-{os.getpid()}"
-    baseline = _samples_on(node, runtime, name, False, exclusive)
-    confined = _samples_on(node, runtime, f"{name}-hooked", True, exclusive)
+    baseline = _noisy_samples(node, runtime, name, False, exclusive)
+    confined = _noisy_samples(node, runtime, f"{name}-hooked", True, exclusive)
     figures.setdefault("noisy_samples_on_exclusive", {})[runtime] = {
         "exclusive": show(exclusive), "loops": NOISY_LOOPS, "seconds": SAMPLE_SECONDS,
         "baseline": list(baseline), "node_wide_hook": list(confined)}
