@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
+
+K = TypeVar("K")
 
 
 def last_cpus(pid: int) -> list[int]:
@@ -23,18 +26,22 @@ def last_cpus(pid: int) -> list[int]:
     return cpus
 
 
-def samples_on(processes: Callable[[], Iterable[int]], cpus: frozenset[int], seconds: float,
-               every: float = 0.01) -> tuple[int, int]:
-    """(samples on ``cpus``, all samples) of the CPU each thread of ``processes()`` last ran on, every ``every`` s."""
-    hits = total = 0
+def samples_on_each(processes: Mapping[K, Callable[[], Iterable[int]]], cpus: frozenset[int], seconds: float,
+                    every: float = 0.01) -> dict[K, tuple[int, int]]:
+    """For each key, (samples on ``cpus``, all samples) of the CPU each thread of its ``processes()`` last ran on.
+
+    Sampled every ``every`` s for ``seconds``, all keys in the same rounds.
+    """
+    counts = {key: [0, 0] for key in processes}
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        for pid in processes():
-            try:
-                ran = last_cpus(pid)
-            except FileNotFoundError:
-                continue
-            hits += sum(1 for cpu in ran if cpu in cpus)
-            total += len(ran)
+        for key, pids in processes.items():
+            for pid in pids():
+                try:
+                    ran = last_cpus(pid)
+                except FileNotFoundError:
+                    continue
+                counts[key][0] += sum(1 for cpu in ran if cpu in cpus)
+                counts[key][1] += len(ran)
         time.sleep(every)
-    return hits, total
+    return {key: (hits, total) for key, (hits, total) in counts.items()}

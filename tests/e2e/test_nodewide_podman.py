@@ -31,7 +31,7 @@ from tests.e2e.podman import (
     weighty_cgroup_parent,
 )
 from tests.e2e.test_cdi_podman import host_view, plan_cpus
-from tests.threads import samples_on
+from tests.threads import samples_on_each
 
 pytestmark = pytest.mark.e2e
 
@@ -98,7 +98,7 @@ def noisy_samples(hooks_dir: Path | None, image: str, name: str, cpus: frozenset
             assert result.returncode == 0, result.stderr
             pid = container_pid(name)
             time.sleep(0.2)  # the loops have forked
-            return samples_on(partial(descendants, pid), cpus, seconds)
+            return samples_on_each({pid: partial(descendants, pid)}, cpus, seconds)[pid]
         finally:
             podman("rm", "-f", "-t", "0", name, check=False)
 

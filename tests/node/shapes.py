@@ -25,8 +25,9 @@ ORDINARY_RUNC = "node_wide_hook_keeps_an_ordinary_runc_container_on_the_infra_cp
 ORDINARY_CRUN = "node_wide_hook_keeps_an_ordinary_crun_container_on_the_infra_cpus"
 BOTH_HOOKS_RUNC = "node_wide_and_cdi_hooks_agree_on_a_pinned_runc_container"
 BOTH_HOOKS_CRUN = "node_wide_and_cdi_hooks_agree_on_a_pinned_crun_container"
-NOISY_RUNC = "node_wide_hook_keeps_a_noisy_runc_container_off_the_exclusive_cpus"
-NOISY_CRUN = "node_wide_hook_keeps_a_noisy_crun_container_off_the_exclusive_cpus"
+#: The noisy container is an ordinary one too: it is checked as one on the shape that runs it.
+NOISY_RUNC = "node_wide_hook_keeps_a_noisy_ordinary_runc_container_off_the_exclusive_cpus"
+NOISY_CRUN = "node_wide_hook_keeps_a_noisy_ordinary_crun_container_off_the_exclusive_cpus"
 #: The node-wide hook's checks, in the order they run.
 NODE_WIDE = (ORDINARY_RUNC, ORDINARY_CRUN, BOTH_HOOKS_RUNC, BOTH_HOOKS_CRUN, NOISY_RUNC, NOISY_CRUN)
 HOST_CONFIG = "host_config_plans_the_served_pools"
@@ -79,7 +80,8 @@ NO_ISOLCPUS = Shape(
     cmdline="",
     pool_flags=(),
     # The scheduler uses "exclusive" CPUs here: the shape where the noisy container's baseline shows it.
-    checks=(KERNEL, DEVICES, POOLS, STATIC_PINNER, HOOK_RUNC, *NODE_WIDE),
+    checks=(KERNEL, DEVICES, POOLS, STATIC_PINNER, HOOK_RUNC, BOTH_HOOKS_RUNC, BOTH_HOOKS_CRUN, NOISY_RUNC,
+            NOISY_CRUN),
     isolated="",
     numa_nodes=2,
     threads_per_core=1,
