@@ -163,18 +163,6 @@ def run_with_hooks(hooks_dir: Path | None, *args: str, check: bool = True) -> su
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=check)
 
 
-def last_cpus(pid: int) -> list[int]:
-    """The CPU each thread of ``pid`` last ran on (field 39 of ``/proc/PID/task/TID/stat``); exited threads skipped."""
-    cpus = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        cpus.append(int(text[text.rindex(")") + 2:].split()[36]))  # fields from 3 (state) on
-    return cpus
-
-
 def descendants(pid: int) -> list[int]:
     """``pid`` and every process below it (a container's shell and the loops it forked)."""
     found, todo = [], [pid]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,12 @@ from tests.e2e.podman import (
     container_pid,
     descendants,
     hook_devices,
-    last_cpus,
     podman,
     run_with_hooks,
     weighty_cgroup_parent,
 )
 from tests.e2e.test_cdi_podman import host_view, plan_cpus
+from tests.threads import samples_on_each
 
 pytestmark = pytest.mark.e2e
 
@@ -88,7 +89,7 @@ def test_a_pinned_container_gets_its_pool(node: NodeWide, image: str, container_
     assert (allowed, cpus) == (node.core, node.core)
 
 
-def samples_on(hooks_dir: Path | None, image: str, name: str, cpus: frozenset[int], seconds: float = 3.0) -> tuple[int, int]:
+def noisy_samples(hooks_dir: Path | None, image: str, name: str, cpus: frozenset[int], seconds: float = 3.0) -> tuple[int, int]:
     """(samples of a noisy container's threads on ``cpus``, all samples), sampled every 10 ms for ``seconds``."""
     with weighty_cgroup_parent() as parent:
         try:
@@ -97,18 +98,7 @@ def samples_on(hooks_dir: Path | None, image: str, name: str, cpus: frozenset[in
             assert result.returncode == 0, result.stderr
             pid = container_pid(name)
             time.sleep(0.2)  # the loops have forked
-            hits = total = 0
-            deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
-                for process in descendants(pid):
-                    try:
-                        ran = last_cpus(process)
-                    except FileNotFoundError:
-                        continue
-                    hits += sum(1 for cpu in ran if cpu in cpus)
-                    total += len(ran)
-                time.sleep(0.01)
-            return hits, total
+            return samples_on_each({pid: partial(descendants, pid)}, cpus, seconds)[pid]
         finally:
             podman("rm", "-f", "-t", "0", name, check=False)
 
@@ -116,8 +106,8 @@ def samples_on(hooks_dir: Path | None, image: str, name: str, cpus: frozenset[in
 def test_a_noisy_ordinary_container_never_runs_on_an_exclusive_core(node: NodeWide, image: str,
                                                                     container_name: str) -> None:
     exclusive = parse_cpu_list(node.core)
-    baseline, baseline_total = samples_on(None, image, container_name, exclusive)
-    confined, confined_total = samples_on(node.hooks_dir, image, container_name + "-hook", exclusive)
+    baseline, baseline_total = noisy_samples(None, image, container_name, exclusive)
+    confined, confined_total = noisy_samples(node.hooks_dir, image, container_name + "-hook", exclusive)
     print(f"samples on exclusive CPUs {node.core}: baseline {baseline} of {baseline_total}, "
           f"with the node-wide hook {confined} of {confined_total}")
     assert baseline > 0 and baseline_total > 0  # without the hook the scheduler uses the exclusive core

@@ -13,6 +13,7 @@ Expected values come from the kernel's files, read here directly
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -23,13 +24,18 @@ import tempfile
 import time
 import traceback
 import urllib.request
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deviceplugin.host import nodewide
+from pinner import hook as cmk_hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.node import oci, shapes
+from tests.threads import samples_on_each
 
 if TYPE_CHECKING:
     from deviceplugin.standin import Kubelet
@@ -378,65 +384,144 @@ def _rootfs(path: Path) -> None:
         (path / "bin" / applet).symlink_to("busybox")
 
 
-def _hook(node: Node, runtime: str, figures: dict[str, Any]) -> str:
-    """A bundle carrying the daemon's CDI edits and the Allocate answer; runc/crun run it; the hook confines it."""
-    answer = node.answers["exclusive"]
-    want = cpus(answer["envs"][ENV["exclusive"]])
-    online = cpus(node.facts["online"])
-    name = f"cmk-node-{runtime}-{os.getpid()}"
+@dataclass(frozen=True)
+class Running:
+    """A container runc/crun started, as the host sees it: its init's pid, its lines so far, its cgroup."""
+
+    pid: int
+    lines: list[str]
+    cgroup: str
+    allowed: frozenset[int]
+    effective: frozenset[int]
+
+
+@cache
+def _default_config(runtime: str, work: Path) -> dict[str, Any]:
+    """``runtime spec``'s config.json, once per runtime: each run of a Go binary costs a second under TCG."""
+    directory = Path(tempfile.mkdtemp(prefix=f"{runtime}-spec-", dir=work))
+    subprocess.run([runtime, "spec"], cwd=directory, check=True, capture_output=True)
+    return json.loads((directory / "config.json").read_text())
+
+
+def _bundle(node: Node, runtime: str, name: str, script: str) -> dict[str, Any]:
+    """The runtime's own default config.json for a busybox root running ``script`` in cgroup ``/name``."""
     bundle = node.work / name
     _rootfs(bundle / "rootfs")
-    state = node.work / f"{runtime}-state"
-    subprocess.run([runtime, "spec"], cwd=bundle, check=True, capture_output=True)
-    config = json.loads((bundle / "config.json").read_text())
-    script = ("grep Cpus_allowed_list /proc/self/status; "
-              f"taskset -p -c {show(online)} $$ >/dev/null 2>&1; echo taskset $?; "
-              "grep Cpus_allowed_list /proc/self/status; echo ready; exec sleep 600")
+    config = copy.deepcopy(_default_config(runtime, node.work))
     config["process"].update(args=["sh", "-c", script], terminal=False)
     config["process"]["env"] = ["PATH=/bin"]
     config["root"] = {"path": "rootfs", "readonly": True}
     config["linux"]["cgroupsPath"] = f"/{name}"
-    specs = node.cdi_specs()
+    return config
+
+
+@contextmanager
+def running_all(node: Node, runtime: str, bundles: dict[str, dict[str, Any]]) -> Iterator[list[Running]]:
+    """``runtime run`` each bundle (name to config.json), all at once, until each script printed ``ready``.
+
+    Each is deleted by force after (one Go binary start each under TCG, not two).
+    """
+    state = node.work / f"{runtime}-state"
+    started = []
+    try:
+        for name, config in bundles.items():
+            bundle = node.work / name
+            (bundle / "config.json").write_text(json.dumps(config, indent=1))
+            with (bundle / "stdout").open("w") as stdout, (bundle / "stderr").open("w") as stderr:
+                started.append((name, bundle, subprocess.Popen(
+                    [runtime, "--root", str(state), "run", "--pid-file", str(bundle / "pid"), "--bundle", str(bundle),
+                     name], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)))
+        yield [_ready(runtime, bundle, process) for _, bundle, process in started]
+    finally:
+        for name, _, process in started:
+            subprocess.run([runtime, "--root", str(state), "delete", "--force", name], check=False,
+                           capture_output=True)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _ready(runtime: str, bundle: Path, process: subprocess.Popen[bytes]) -> Running:
+    """The container of ``bundle`` once its script printed ``ready``, as the host sees it."""
+    out, pid_file = bundle / "stdout", bundle / "pid"
+
+    def up() -> bool:  # crun may write --pid-file after the script has started printing
+        return "ready" in out.read_text() and pid_file.is_file() and bool(read(pid_file))
+
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not up() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lines = out.read_text().splitlines()
+    expect(up(), f"{runtime} run (exit {process.poll()}): {' | '.join(lines)} "
+                 f"{(bundle / 'stderr').read_text().strip()}")
+    pid = int(read(pid_file))
+    status = {k: v.strip() for k, _, v in (line.partition(":") for line in
+                                           Path(f"/proc/{pid}/status").read_text().splitlines())}
+    path = Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1]
+    return Running(pid, lines, path, cpus(status["Cpus_allowed_list"]),
+                   cpus(read(CGROUP / path.lstrip("/") / "cpuset.cpus.effective")))
+
+
+@contextmanager
+def running(node: Node, runtime: str, name: str, config: dict[str, Any]) -> Iterator[Running]:
+    """One container of :func:`running_all`."""
+    with running_all(node, runtime, {name: config}) as (ran,):
+        yield ran
+
+
+def inside(line: str) -> frozenset[int]:
+    """The CPUs of a ``Cpus_allowed_list:`` line the container's script printed."""
+    return cpus(line.split(":", 1)[1])
+
+
+def _pinned(node: Node, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the exclusive Allocate answer and its CDI devices applied, and a pod env claiming every CPU."""
+    answer = node.answers["exclusive"]
     config = oci.apply_answer(config, answer["envs"], answer["mounts"], [], {})
     # The kubelet appends the pod's own env after the plugins': a pod claiming every CPU must not widen it.
-    config["process"]["env"].append(f"{ENV['exclusive']}={format_cpu_list(online)}")
-    config = oci.apply_cdi(config, specs, answer["cdi"])
+    config["process"]["env"].append(f"{ENV['exclusive']}={format_cpu_list(cpus(node.facts['online']))}")
+    return oci.apply_cdi(config, node.cdi_specs(), answer["cdi"])
+
+
+def node_wide(node: Node, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with the hooks.d declaration ``cmk install`` wrote beside the binary applied, as podman/CRI-O do."""
+    declarations = oci.read_hooks_dirs([node.install_dir])
+    expect(nodewide.DECLARATION_NAME in declarations,
+           f"no {nodewide.DECLARATION_NAME} with an existing hook binary in {node.install_dir}")
+    return oci.apply_hooks(config, declarations)
+
+
+def infra_record(node: Node) -> frozenset[int]:
+    """The record the daemon wrote, which must hold the CPUs of its infra Allocate answer."""
+    record = cpus(read(nodewide.record_path(node.install_dir)))
+    infra = cpus(node.answers["infra"]["envs"][ENV["infra"]])
+    expect(record == infra, f"the infra record holds {show(record)}, the daemon's infra answer {show(infra)}")
+    return record
+
+
+def _hook(node: Node, runtime: str, figures: dict[str, Any]) -> str:
+    """A bundle carrying the daemon's CDI edits and the Allocate answer; runc/crun run it; the hook confines it."""
+    want = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
+    online = cpus(node.facts["online"])
+    name = f"cmk-node-{runtime}-{os.getpid()}"
+    script = ("grep Cpus_allowed_list /proc/self/status; "
+              f"taskset -p -c {show(online)} $$ >/dev/null 2>&1; echo taskset $?; "
+              "grep Cpus_allowed_list /proc/self/status; echo ready; exec sleep 600")
+    config = _pinned(node, _bundle(node, runtime, name, script))
     hooked = oci.hook_cpus(config)
     expect(hooked == want, f"config.json's cmk hook entries carry --cpus {show(hooked)}, Allocate gave {show(want)}")
-    (bundle / "config.json").write_text(json.dumps(config, indent=1))
-    out, err = bundle / "stdout", bundle / "stderr"
-    with out.open("w") as stdout, err.open("w") as stderr:
-        process = subprocess.Popen([runtime, "--root", str(state), "run", "--bundle", str(bundle), name],
-                                   stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
-    try:
-        deadline = time.monotonic() + WAIT_SECONDS
-        while "ready" not in out.read_text() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        lines = out.read_text().splitlines()
-        expect("ready" in lines, f"{runtime} run (exit {process.poll()}): {' | '.join(lines)} "
-                                 f"{err.read_text().strip()}")
-        pid = json.loads(subprocess.run([runtime, "--root", str(state), "state", name], check=True,
-                                        capture_output=True, text=True).stdout)["pid"]
-        status = {k: v.strip() for k, _, v in (line.partition(":") for line in
-                                               Path(f"/proc/{pid}/status").read_text().splitlines())}
-        path = Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1]
-        effective = read(CGROUP / path.lstrip("/") / "cpuset.cpus.effective")
-    finally:
-        subprocess.run([runtime, "--root", str(state), "kill", name, "KILL"], check=False, capture_output=True)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        subprocess.run([runtime, "--root", str(state), "delete", "--force", name], check=False, capture_output=True)
-    inside_before = cpus(lines[0].split(":", 1)[1])
-    inside_after = cpus(lines[2].split(":", 1)[1])
-    allowed = cpus(status["Cpus_allowed_list"])
-    expect(allowed == want and inside_before == want,
-           f"Cpus_allowed_list {show(allowed)} (inside: {show(inside_before)}), Allocate gave {show(want)}")
-    expect(cpus(effective) == want, f"{path}/cpuset.cpus.effective is {effective}, Allocate gave {show(want)}")
-    expect(inside_after == want, f"taskset -c {show(online)} inside widened it to {show(inside_after)}")
-    return (f"{runtime}: pid {pid} in {path}: Cpus_allowed_list {show(allowed)}, cpuset.cpus.effective {effective}; "
-            f"after 'taskset -p -c {show(online)}' ({lines[1]}) still {show(inside_after)}")
+    with running(node, runtime, name, config) as ran:
+        pass
+    expect(ran.allowed == want and inside(ran.lines[0]) == want,
+           f"Cpus_allowed_list {show(ran.allowed)} (inside: {show(inside(ran.lines[0]))}), Allocate gave {show(want)}")
+    expect(ran.effective == want, f"{ran.cgroup}/cpuset.cpus.effective is {show(ran.effective)}, "
+                                  f"Allocate gave {show(want)}")
+    expect(inside(ran.lines[2]) == want, f"taskset -c {show(online)} inside widened it to {show(inside(ran.lines[2]))}")
+    return (f"{runtime}: pid {ran.pid} in {ran.cgroup}: Cpus_allowed_list {show(ran.allowed)}, cpuset.cpus.effective "
+            f"{show(ran.effective)}; after 'taskset -p -c {show(online)}' ({ran.lines[1]}) still "
+            f"{show(inside(ran.lines[2]))}")
 
 
 def check_hook_runc(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
@@ -445,6 +530,121 @@ def check_hook_runc(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -
 
 def check_hook_crun(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
     return _hook(node, "crun", figures)
+
+
+def _ordinary_script(node: Node, then: str) -> str:
+    """An ordinary container's script: its CPUs, whether taskset reaches the exclusive CPUs, a widening, ``then``."""
+    exclusive = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
+    online = cpus(node.facts["online"])
+    return (f"grep Cpus_allowed_list /proc/self/status; taskset -c {show(exclusive)} true 2>/dev/null; "
+            f"echo reach $?; taskset -p -c {show(online)} $$ >/dev/null 2>&1; "
+            f"grep Cpus_allowed_list /proc/self/status; {then}echo ready; exec sleep 600")
+
+
+def _on_infra(node: Node, runtime: str, ran: Running) -> str:
+    """Expect an ordinary container under the node-wide hook on the infra record's CPUs, unable to leave them."""
+    infra = infra_record(node)
+    exclusive = show(cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]]))
+    expect(ran.allowed == infra and inside(ran.lines[0]) == infra,
+           f"Cpus_allowed_list {show(ran.allowed)} (inside: {show(inside(ran.lines[0]))}), infra is {show(infra)}")
+    expect(ran.effective == infra, f"{ran.cgroup}/cpuset.cpus.effective is {show(ran.effective)}, infra {show(infra)}")
+    expect(ran.lines[1].startswith("reach ") and ran.lines[1] != "reach 0",
+           f"'taskset -c {exclusive} true' inside ran on the exclusive CPUs")
+    expect(inside(ran.lines[2]) == infra, f"taskset -p inside widened it to {show(inside(ran.lines[2]))}")
+    return (f"{runtime}: Cpus_allowed_list and cpuset.cpus.effective {show(infra)} = the infra record; "
+            f"'taskset -c {exclusive} true' inside: {ran.lines[1]}; after 'taskset -p -c {node.facts['online']}' "
+            f"still {show(inside(ran.lines[2]))}")
+
+
+def _ordinary(node: Node, runtime: str) -> str:
+    """A container holding no cmk device, only the node-wide hook applied: born on infra, cannot reach exclusive."""
+    name = f"cmk-node-ordinary-{runtime}-{os.getpid()}"
+    with running(node, runtime, name, node_wide(node, _bundle(node, runtime, name, _ordinary_script(node, "")))) as ran:
+        pass
+    return _on_infra(node, runtime, ran)
+
+
+def check_ordinary_runc(node: Node, plan: dict[str, Any]) -> str:
+    return _ordinary(node, "runc")
+
+
+def check_ordinary_crun(node: Node, plan: dict[str, Any]) -> str:
+    return _ordinary(node, "crun")
+
+
+def _both_hooks(node: Node, runtime: str) -> str:
+    """A pinned container with its CDI edits and the node-wide hook: it gets exactly what the CDI hook gives it."""
+    want = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
+    name = f"cmk-node-pinned-{runtime}-{os.getpid()}"
+    script = "grep Cpus_allowed_list /proc/self/status; echo ready; exec sleep 600"
+    config = node_wide(node, _pinned(node, _bundle(node, runtime, name, script)))
+    hooks = [entry["args"][2:] for entry in config["hooks"]["createRuntime"]]
+    expect(any(a[0].startswith(f"{cmk_hook.NODE_WIDE_OPTION}=") for a in hooks) and oci.hook_cpus(config) == want,
+           f"config.json's createRuntime hooks {hooks}: not the CDI hook's --cpus={show(want)} and the node-wide one")
+    with running(node, runtime, name, config) as ran:
+        pass
+    expect((ran.allowed, ran.effective, inside(ran.lines[0])) == (want, want, want),
+           f"Cpus_allowed_list {show(ran.allowed)}, cpuset.cpus.effective {show(ran.effective)}, inside "
+           f"{show(inside(ran.lines[0]))}: the CDI hook gives {show(want)}")
+    return f"{runtime}: hooks {hooks} -> Cpus_allowed_list and cpuset.cpus.effective {show(want)}, the CDI hook's"
+
+
+def check_both_hooks_runc(node: Node, plan: dict[str, Any]) -> str:
+    return _both_hooks(node, "runc")
+
+
+def check_both_hooks_crun(node: Node, plan: dict[str, Any]) -> str:
+    return _both_hooks(node, "crun")
+
+
+#: More busy loops than the infra CPUs of the shapes without isolcpus: unconfined, the scheduler spreads them.
+NOISY_LOOPS = 3
+SAMPLE_SECONDS = 3.0
+
+
+def _noisy(node: Node, runtime: str, figures: dict[str, Any]) -> str:
+    """Two noisy ordinary containers side by side, one without the node-wide hook and one with it.
+
+    The one without runs on exclusive CPUs (the baseline); the one with is an
+    ordinary container on the infra CPUs (as :func:`_ordinary` checks) whose
+    threads never run on an exclusive CPU. Side by side halves the time
+    under TCG, and only crowds the hooked one's loops onto infra harder.
+    """
+    exclusive = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
+    name = f"cmk-node-noisy-{runtime}-{os.getpid()}"
+    loops = "".join("(while :; do :; done) & " for _ in range(NOISY_LOOPS))
+    bundles = {name: _bundle(node, runtime, name, _ordinary_script(node, loops)),
+               f"{name}-hooked": node_wide(node, _bundle(node, runtime, f"{name}-hooked",
+                                                         _ordinary_script(node, loops)))}
+    with running_all(node, runtime, bundles) as (free, hooked):
+        procs = {ran.pid: CGROUP / ran.cgroup.lstrip("/") / "cgroup.procs" for ran in (free, hooked)}
+        os.setpriority(os.PRIO_PROCESS, 0, -15)  # six busy loops on four vCPUs would starve the sampler
+        try:
+            counts = samples_on_each({pid: partial(_cgroup_procs, path) for pid, path in procs.items()}, exclusive,
+                                     SAMPLE_SECONDS)
+        finally:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+    baseline, confined = counts[free.pid], counts[hooked.pid]
+    figures.setdefault("noisy_samples_on_exclusive", {})[runtime] = {
+        "exclusive": show(exclusive), "loops": NOISY_LOOPS, "seconds": SAMPLE_SECONDS,
+        "baseline": list(baseline), "node_wide_hook": list(confined)}
+    seen = (f"{runtime}, {NOISY_LOOPS} busy loops each, side by side, samples on exclusive CPUs {show(exclusive)}: "
+            f"without the hook {baseline[0]} of {baseline[1]}, with the node-wide hook {confined[0]} of {confined[1]}")
+    expect(baseline[0] > 0, f"{seen}: the baseline never used an exclusive CPU, so it proves nothing")
+    expect(confined[0] == 0 and confined[1] > 0, seen)
+    return f"{seen}; {_on_infra(node, runtime, hooked)}"
+
+
+def _cgroup_procs(path: Path) -> list[int]:
+    return [int(pid) for pid in read(path).split()]
+
+
+def check_noisy_runc(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    return _noisy(node, "runc", figures)
+
+
+def check_noisy_crun(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    return _noisy(node, "crun", figures)
 
 
 #: `cmk` commands whose JSON a check reads, started at boot so they overlap with the daemon's start.
@@ -559,6 +759,12 @@ CHECKS: dict[str, Callable[..., str]] = {
     shapes.PYTHON_PINNER: check_python_pinner,
     shapes.HOOK_RUNC: check_hook_runc,
     shapes.HOOK_CRUN: check_hook_crun,
+    shapes.ORDINARY_RUNC: check_ordinary_runc,
+    shapes.ORDINARY_CRUN: check_ordinary_crun,
+    shapes.BOTH_HOOKS_RUNC: check_both_hooks_runc,
+    shapes.BOTH_HOOKS_CRUN: check_both_hooks_crun,
+    shapes.NOISY_RUNC: check_noisy_runc,
+    shapes.NOISY_CRUN: check_noisy_crun,
     shapes.HOST_CONFIG: check_host_config,
     shapes.DESCRIBE: check_describe,
     shapes.NO_REBOOT: check_no_reboot,
@@ -566,10 +772,10 @@ CHECKS: dict[str, Callable[..., str]] = {
 }
 #: Checks that need the daemon serving.
 NEEDS_DAEMON = {shapes.DEVICES, shapes.POOLS, shapes.HOTPLUG, shapes.STATIC_PINNER, shapes.PYTHON_PINNER,
-                shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG, shapes.USAGE}
+                shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG, shapes.USAGE, *shapes.NODE_WIDE}
 #: The order that lets later checks use earlier answers (pinners and hooks use the pools' answers).
 ORDER = [shapes.KERNEL, shapes.POOLS, shapes.DEVICES, shapes.HOST_CONFIG, shapes.STATIC_PINNER,
-         shapes.PYTHON_PINNER, shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOTPLUG, shapes.USAGE, shapes.DESCRIBE,
+         shapes.PYTHON_PINNER, shapes.HOOK_RUNC, shapes.HOOK_CRUN, *shapes.NODE_WIDE, shapes.HOTPLUG, shapes.USAGE, shapes.DESCRIBE,
          shapes.NO_REBOOT]
 
 

@@ -5,7 +5,10 @@ the edits are applied from the spec file the daemon wrote, not written out
 by hand: whatever the spec carries reaches config.json the way the CDI
 library (``pkg/cdi/container-edits.go``) applies it. An edit this module does
 not know is an error, never silently dropped, so a spec that grows a new kind
-of edit fails the node test until it is applied here too.
+of edit fails the node test until it is applied here too. The node-wide
+hook's hooks.d declaration reaches config.json the same way, as podman and
+CRI-O apply it (containers/common ``pkg/hooks``), with the same refusal of
+what this module does not follow.
 
 Pure: values in, values out (the device nodes' major/minor numbers come in
 as a callable, since finding them is I/O).
@@ -14,9 +17,12 @@ as a callable, since finding them is I/O).
 from __future__ import annotations
 
 import copy
+import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pinner import hook as cmk_hook
@@ -24,6 +30,17 @@ from pinner.cpulist import parse_cpu_list
 
 #: What the CDI library applies; anything else in a spec is refused.
 KNOWN_EDITS = frozenset({"env", "deviceNodes", "hooks", "mounts", "additionalGids"})
+#: The hooks.d version followed here (``pkg/hooks/1.0.0``); the legacy 0.1.0 reader is not.
+HOOKS_VERSION = "1.0.0"
+#: Each stage a 1.0.0 declaration may name, and the config.json list it lands in (``hooks.go``: prestart
+#: goes to createRuntime). podman's own extension stages are run by podman, not the runtime: refused.
+HOOK_STAGES = {"createContainer": "createContainer", "createRuntime": "createRuntime", "prestart": "createRuntime",
+               "poststart": "poststart", "poststop": "poststop", "startContainer": "startContainer"}
+#: The properties of a declaration, its ``when`` and its ``hook`` that are followed; others are refused
+#: (Go's decoder would drop them silently, hiding a typo).
+DECLARATION_KEYS = frozenset({"version", "hook", "when", "stages"})
+WHEN_KEYS = frozenset({"always", "annotations", "commands", "hasBindMounts"})
+HOOK_KEYS = frozenset({"path", "args", "env", "timeout"})
 
 
 def device_numbers(path: str) -> tuple[str, int, int]:
@@ -149,3 +166,92 @@ def hook_cpus(config: Mapping[str, Any]) -> frozenset[int]:
             if name == cmk_hook.CPUS_OPTION:
                 found |= parse_cpu_list(value)
     return found
+
+
+def read_hooks_dirs(directories: Iterable[Path]) -> dict[str, Any]:
+    """The declarations of hooks.d ``directories`` by file name, a later directory's file masking an earlier one's.
+
+    As ``pkg/hooks`` ``New``/``ReadDir``: only ``*.json`` files, a missing
+    directory is no error, and a declaration whose hook binary does not exist
+    is skipped, masking nothing (``New`` ignores that not-exist error).
+    """
+    found: dict[str, Any] = {}
+    for directory in directories:
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.iterdir()):
+            if not path.name.endswith(".json"):
+                continue
+            declaration = json.loads(path.read_text())
+            if Path(str(declaration.get("hook", {}).get("path", ""))).exists():
+                found[path.name] = declaration
+    return found
+
+
+def _refuse_unknown(what: str, value: Mapping[str, Any], known: frozenset[str]) -> None:
+    unknown = set(value) - known
+    if unknown:
+        raise ValueError(f"hooks.d {what} {sorted(unknown)} are not followed by tests/node/oci.py: add them there")
+
+
+def _validate(name: str, declaration: Mapping[str, Any]) -> None:
+    """``Hook.Validate`` of 1.0.0, plus the refusal of what is not followed here."""
+    _refuse_unknown(f"{name} properties", declaration, DECLARATION_KEYS)
+    _refuse_unknown(f"{name} when", declaration.get("when", {}), WHEN_KEYS)
+    _refuse_unknown(f"{name} hook", declaration.get("hook", {}), HOOK_KEYS)
+    if declaration.get("version") != HOOKS_VERSION:
+        raise ValueError(f"{name}: unrecognized hook version: {declaration.get('version')!r}")
+    if not declaration.get("hook", {}).get("path"):
+        raise ValueError(f"{name}: missing required property: hook.path")
+    if declaration.get("stages") is None:
+        raise ValueError(f"{name}: missing required property: stages")
+    for stage in declaration["stages"]:
+        if stage not in HOOK_STAGES:
+            raise ValueError(f"{name}: unknown stage {stage!r}")
+    when = declaration.get("when", {})
+    for pattern in [*when.get("annotations", {}).keys(), *when.get("annotations", {}).values(),
+                    *when.get("commands", [])]:
+        re.compile(pattern)
+
+
+def hook_matches(when: Mapping[str, Any], config: Mapping[str, Any], annotations: Mapping[str, str],
+                 has_bind_mounts: bool) -> bool:
+    """``When.Match`` of 1.0.0: every condition set must hold, and at least one must be set.
+
+    Patterns match anywhere in the string (Go's ``regexp.MatchString``);
+    ``commands`` is tried on ``process.args[0]``.
+    """
+    matches = 0
+    for flag, holds in (("always", True), ("hasBindMounts", has_bind_mounts)):
+        if when.get(flag) is not None:
+            if not (when[flag] and holds):
+                return False
+            matches += 1
+    for key_pattern, value_pattern in when.get("annotations", {}).items():
+        if not any(re.search(key_pattern, k) and re.search(value_pattern, v) for k, v in annotations.items()):
+            return False
+        matches += 1
+    if config.get("process") is not None and when.get("commands"):
+        args = config["process"].get("args") or []
+        if not args:
+            raise ValueError("process.args must have at least one entry")
+        return any(re.search(pattern, args[0]) for pattern in when["commands"])
+    return matches > 0
+
+
+def apply_hooks(config: Mapping[str, Any], declarations: Mapping[str, Mapping[str, Any]],
+                annotations: Mapping[str, str] | None = None, has_bind_mounts: bool = False) -> dict[str, Any]:
+    """``config`` with the matching hooks.d ``declarations`` (file name to content) added, as ``Manager.Hooks`` does.
+
+    In the order of their file names (case-folded), each matching hook is
+    appended to the config.json list of each of its stages, after the hooks
+    already there (the CDI devices' edits come first, as in podman).
+    """
+    result = copy.deepcopy(dict(config))
+    for name in sorted(declarations, key=str.lower):
+        declaration = declarations[name]
+        _validate(name, declaration)
+        if hook_matches(declaration.get("when", {}), result, annotations or {}, has_bind_mounts):
+            for stage in declaration["stages"]:
+                result.setdefault("hooks", {}).setdefault(HOOK_STAGES[stage], []).append(dict(declaration["hook"]))
+    return result

@@ -21,6 +21,15 @@ STATIC_PINNER = "static_pinner_pins_and_execs_in_place"
 PYTHON_PINNER = "python_pinner_pins_and_execs_in_place"
 HOOK_RUNC = "hook_confines_a_runc_container_on_cgroup_v2"
 HOOK_CRUN = "hook_confines_a_crun_container_on_cgroup_v2"
+ORDINARY_RUNC = "node_wide_hook_keeps_an_ordinary_runc_container_on_the_infra_cpus"
+ORDINARY_CRUN = "node_wide_hook_keeps_an_ordinary_crun_container_on_the_infra_cpus"
+BOTH_HOOKS_RUNC = "node_wide_and_cdi_hooks_agree_on_a_pinned_runc_container"
+BOTH_HOOKS_CRUN = "node_wide_and_cdi_hooks_agree_on_a_pinned_crun_container"
+#: The noisy container is an ordinary one too: it is checked as one on the shape that runs it.
+NOISY_RUNC = "node_wide_hook_keeps_a_noisy_ordinary_runc_container_off_the_exclusive_cpus"
+NOISY_CRUN = "node_wide_hook_keeps_a_noisy_ordinary_crun_container_off_the_exclusive_cpus"
+#: The node-wide hook's checks, in the order they run.
+NODE_WIDE = (ORDINARY_RUNC, ORDINARY_CRUN, BOTH_HOOKS_RUNC, BOTH_HOOKS_CRUN, NOISY_RUNC, NOISY_CRUN)
 HOST_CONFIG = "host_config_plans_the_served_pools"
 DESCRIBE = "describe_reports_the_pools_host_config_planned"
 NO_REBOOT = "host_config_says_no_reboot_is_needed"
@@ -57,7 +66,8 @@ NUMA_SMT_ISOLCPUS = Shape(
     numa=(("1G", "0-3"), ("1G", "4-7")),
     cmdline="isolcpus=managed_irq,domain,2-7 nohz_full=2-7",
     pool_flags=POOL_FLAGS,
-    checks=(KERNEL, DEVICES, POOLS, HOTPLUG, STATIC_PINNER, PYTHON_PINNER, HOOK_RUNC, HOOK_CRUN, HOST_CONFIG, USAGE),
+    checks=(KERNEL, DEVICES, POOLS, HOTPLUG, STATIC_PINNER, PYTHON_PINNER, HOOK_RUNC, HOOK_CRUN, ORDINARY_RUNC,
+            ORDINARY_CRUN, HOST_CONFIG, USAGE),
     isolated="2-7",
     numa_nodes=2,
     threads_per_core=2,
@@ -69,7 +79,9 @@ NO_ISOLCPUS = Shape(
     numa=(("1G", "0-1"), ("1G", "2-3")),
     cmdline="",
     pool_flags=(),
-    checks=(KERNEL, DEVICES, POOLS, STATIC_PINNER, HOOK_RUNC),
+    # The scheduler uses "exclusive" CPUs here: the shape where the noisy container's baseline shows it.
+    checks=(KERNEL, DEVICES, POOLS, STATIC_PINNER, HOOK_RUNC, BOTH_HOOKS_RUNC, BOTH_HOOKS_CRUN, NOISY_RUNC,
+            NOISY_CRUN),
     isolated="",
     numa_nodes=2,
     threads_per_core=1,

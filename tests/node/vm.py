@@ -95,9 +95,10 @@ def vng_command(vng: str, kernel: Path, shape: Shape, cmdline: str, share: Path,
     return [*command, "--append", f"{cmdline} {HARNESS_CMDLINE}".strip(), "--exec", guest]
 
 
-def install_pinner(share: Path) -> Path:
-    """``cmk install`` into the shared directory, once: the daemon's CDI hook and the pinner run from there."""
-    install_dir = share / "opt-bin"
+def install_pinner(share: Path, shape: Shape) -> Path:
+    """``cmk install`` into the shared directory, once per shape: the daemon's CDI hook, the pinner and the
+    node-wide hook's declaration are there, and the shape's daemon writes its own infra record beside them."""
+    install_dir = share / f"{shape.name}-opt-bin"
     if not (install_dir / "cmk").is_file():
         subprocess.run([sys.executable, "-m", "deviceplugin", "install", "--install-dir", str(install_dir)],
                        cwd=REPO, check=True, capture_output=True)
@@ -119,7 +120,7 @@ def boot(shape: Shape, cmdline: str, share: Path, extra_plan: dict[str, Any] | N
     result_path = share / f"{shape.name}.json"
     plan_path = share / f"{shape.name}.plan.json"
     plan_path.write_text(json.dumps({"shape": shape.name, "result": str(result_path),
-                                     "install_dir": str(install_pinner(share)), **(extra_plan or {})}))
+                                     "install_dir": str(install_pinner(share, shape)), **(extra_plan or {})}))
     console = share / f"{shape.name}.console.log"
     command = vng_command(find_vng(), find_kernel(), shape, cmdline, share, plan_path)
     started = time.monotonic()
