@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -59,27 +60,32 @@ def test_a_mask_wider_than_the_kernel_limit_is_refused() -> None:
         checked_cpu_mask("1" + "0" * (MAX_CPUS // 4))
 
 
-@given(st.text(st.sampled_from("/.a\n\x01"), max_size=20) | st.text(max_size=20))
-def test_an_install_dir_is_normalised_absolute_printable_and_not_a_system_dir(text: str) -> None:
+PATHISH = (st.text(st.sampled_from("/.a\n\x01"), max_size=20) | st.text(max_size=20)
+           | st.sampled_from(sorted(SYSTEM_DIRS | {tree.rstrip("/") for tree in SYSTEM_TREES})))
+
+
+def _fit_path_or_one_line_problem(check: Callable[[str], str], text: str) -> bool:
+    """True if ``check`` accepts ``text`` (then a normalised, absolute, printable path), False if it refused it."""
     try:
-        assert install_dir_problem(text) == text
+        assert check(text) == text
     except ValueError as err:
         assert "\n" not in str(err)
-        return
+        return False
     assert text.startswith("/") and os.path.normpath(text) == text and not text.startswith("//")
     assert text.isprintable() and text not in SYSTEM_DIRS
+    return True
 
 
-@given(st.text(st.sampled_from("/.a\n\x01"), max_size=20) | st.text(max_size=20)
-       | st.sampled_from(sorted(SYSTEM_DIRS | {tree.rstrip("/") for tree in SYSTEM_TREES})))
+@given(PATHISH)
+def test_an_install_dir_is_normalised_absolute_printable_and_not_a_system_dir(text: str) -> None:
+    if _fit_path_or_one_line_problem(install_dir_problem, text):
+        assert not (text + "/").startswith(SYSTEM_TREES)
+
+
+@given(PATHISH)
 def test_a_hooks_dir_is_normalised_absolute_printable_and_not_a_system_dir_itself(text: str) -> None:
-    try:
-        assert hooks_dir_problem(text) == text
-    except ValueError as err:
-        assert "\n" not in str(err)
-        return
-    assert text.startswith("/") and os.path.normpath(text) == text and not text.startswith("//")
-    assert text.isprintable() and text not in SYSTEM_DIRS and text + "/" not in SYSTEM_TREES
+    if _fit_path_or_one_line_problem(hooks_dir_problem, text):
+        assert text + "/" not in SYSTEM_TREES
 
 
 def test_the_runtimes_hooks_dirs_are_fit() -> None:
