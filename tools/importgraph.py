@@ -44,7 +44,12 @@ class Imports:
 
 
 def _names(node: ast.AST, name: str, is_package: bool, known: dict[str, Path]) -> set[str]:
-    """Dotted names one AST node imports (``from a import b`` gives ``a`` and ``a.b``)."""
+    """Dotted names one AST node imports (``from a import b``: ``a.b`` if that is a module, else ``a``).
+
+    A submodule imported from its package is an arrow to the submodule only:
+    the package's ``__init__`` runs on the way (``Graph._parents``), and an
+    arrow to it would be a false cycle when the ``__init__`` imports it back.
+    """
     if isinstance(node, ast.Import):
         return {alias.name for alias in node.names}
     if isinstance(node, ast.ImportFrom):
@@ -53,7 +58,8 @@ def _names(node: ast.AST, name: str, is_package: bool, known: dict[str, Path]) -
             base = name.split(".")
             base = base[: len(base) - node.level + (1 if is_package else 0)]
             prefix = ".".join(base + ([node.module] if node.module else []))
-        return {prefix} | {f"{prefix}.{alias.name}" for alias in node.names}
+        submodules = {f"{prefix}.{alias.name}" for alias in node.names} & known.keys()
+        return submodules | ({prefix} if len(submodules) < len(node.names) else set())
     if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known:
         return {node.value}
     return set()
