@@ -45,7 +45,9 @@ def render_unconfined(data: dict[str, Any]) -> list[str]:
     where = f"{data['hierarchy']}, cgroup v{data['cgroup_version']}"
     containers = data["containers"]
     if not containers:
-        lines = [f"Unconfined containers: none ({data['containers_scanned']} container cgroups scanned at {where})"]
+        scanned = data["containers_scanned"]
+        cgroups = "cgroup" if scanned == 1 else "cgroups"
+        lines = [f"Unconfined containers: none ({scanned} container {cgroups} scanned at {where})"]
     else:
         lines = [f"Unconfined containers ({len(containers)} of {data['containers_scanned']}; cpusets at {where})"]
         rows = [["ID", "CGROUP", "CPUS", "EXCLUSIVE CPUS"]]
