@@ -30,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     except KeyboardInterrupt:  # Ctrl-C while modules still load: no traceback, the shell's status
         return 130
+    except BrokenPipeError:  # the reader left (cmk demo | head): quiet, with the status of a SIGPIPE death
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's own flush at exit fails no more
+        return 128 + 13
 
 
 def hook(args: list[str], binary: Path | None = None) -> int:

@@ -231,6 +231,21 @@ def test_demo_on_a_dump_shows_the_pinners_refusal_instead_of_an_affinity(start_d
     assert_nothing_left(held, started)
 
 
+def test_a_reader_that_leaves_ends_the_demo_quietly_and_it_leaves_nothing(start_demo) -> None:
+    """``cmk demo | head``: the next line written meets a closed pipe; the demo still stops its pod, daemon
+    and stand-in, removes its work dir, and exits as a SIGPIPE'd command would, with no traceback."""
+    held = start_demo()
+    started = {r.pid: psutil.Process(r.pid).create_time() for r in held.rows() if r.pid is not None}
+    assert started, "\n".join(held.lines)
+    assert held.proc.stdin is not None and held.proc.stdout is not None and held.proc.stderr is not None
+    held.proc.stdout.close()
+    held.proc.stdin.write("\n")
+    held.proc.stdin.flush()
+    assert held.proc.wait(timeout=TIMEOUT) == 141
+    assert held.proc.stderr.read() == ""
+    assert_nothing_left(held, started)
+
+
 def test_demo_bad_plan_is_one_line_and_leaves_nothing() -> None:
     before = set(Path(tempfile.gettempdir()).glob("cmk-demo-*"))
     result = subprocess.run(demo_args("--num-exclusive-cores", "999"), cwd=ROOT, capture_output=True, text=True, check=False,
