@@ -93,7 +93,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         write(f"{done.shape.name}: booted '{done.cmdline}' in {done.wall_seconds:.0f} s wall "
               f"(guest up {done.result.get('uptime_at_start', 0):.0f} s before the checks, "
               f"checks {done.result.get('guest_seconds', 0):.0f} s, daemon up in "
-              f"{figures.get('daemon_start_seconds', '-')} s)")
+              f"{figures.get('daemon_start_seconds', '-')} s)"
+              + (f"; booted {done.attempts} times: qemu aborted before (see its .attempt1.log)"
+                 if done.attempts > 1 else ""))
         write(f"  kernel {kernel['release']}: online {kernel['online']}, isolated {kernel['isolated'] or '-'}, "
               f"nohz_full {kernel['nohz_full'] or '-'}, NUMA {kernel['numa_nodes']}, "
               f"thread siblings {kernel['thread_siblings']}, {kernel['cgroup_fs']} [{kernel['cgroup_controllers']}]")
