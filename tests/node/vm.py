@@ -116,8 +116,8 @@ class Boot:
     attempts: int = 1
 
 
-#: qemu's own abort (an emulator assertion, e.g. ``msix_table_mmio_write: Assertion ... failed``, seen about 1
-#: boot in 10 under TCG with 8 vCPUs): the emulator died, not the kernel or anything under test.
+#: qemu's own abort (an emulator assertion, e.g. ``msix_table_mmio_write: Assertion ... failed``, seen twice in
+#: about a dozen tier runs under TCG, 8 vCPUs): the emulator died, not the kernel or anything under test.
 QEMU_ABORT = re.compile(r"^qemu-system-\S+: .*Assertion .* failed\.$", re.MULTILINE)
 BOOT_ATTEMPTS = 2  # a second boot only after a qemu abort; any other failure fails at once
 
