@@ -24,12 +24,11 @@ from tests.protocol.test_daemon import (
     INFRA,
     REPO,
     SHARED,
-    daemon_process,
     three_pool_pod,
     wait_registered,
 )
-from tests.protocol.test_observe import Logs, eventually, pool_values
-from tests.topologies import fixture_copy, set_online
+from tests.protocol.test_observe import eventually, metered_daemon, pool_values
+from tests.topologies import set_online
 
 RULES = REPO / "deploy" / "prometheus" / "health-rules.yaml"
 LABELS = {"job": "cmk-deviceplugin", "instance": "node-a"}  # what the scrape job (scrape-config.yaml) adds
@@ -103,11 +102,8 @@ def alert_labels(pool: str, resource: str, severity: str) -> dict[str, str]:
 
 
 def test_the_real_exposition_lints_and_the_rules_fire_on_it(kubelet: Kubelet, plugin_dir, tmp_path):
-    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
-    process = daemon_process(plugin_dir, sysfs, procfs, "--num-exclusive-cores", "3", "--shared-slots", "4",
-                             "--metrics-address", "127.0.0.1:0", "--log-format", "json",
-                             "--pod-resources-socket", str(kubelet.pod_resources_socket))
-    logs = Logs(process)
+    daemon = metered_daemon(kubelet, plugin_dir, tmp_path)
+    process, logs, sysfs = daemon.process, daemon.logs, daemon.sysfs
     try:
         address = logs.wait_for("metrics_serving")["address"]
         wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})

@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -230,12 +231,27 @@ def pool_values(samples: Samples, name: str) -> dict[str, float | None]:
     return {r: value(samples, name, pool=p, resource=r) for r, p in POOLS.items()}
 
 
-def test_metrics_and_json_logs_follow_the_kubelet(kubelet: Kubelet, plugin_dir, tmp_path):
+@dataclass(frozen=True)
+class Metered:
+    process: subprocess.Popen[str]
+    logs: Logs
+    sysfs: Path
+    procfs: Path
+
+
+def metered_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path) -> Metered:
+    """The CLI daemon on a copy of xeon_d (3 exclusive cores, 4 shared slots) with JSON logs, metrics on a
+    free port and the stand-in's pod resources; its log lines are read as they come."""
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     process = daemon_process(plugin_dir, sysfs, procfs, "--num-exclusive-cores", "3", "--shared-slots", "4",
                              "--metrics-address", "127.0.0.1:0", "--log-format", "json",
                              "--pod-resources-socket", str(kubelet.pod_resources_socket))
-    logs = Logs(process)
+    return Metered(process, Logs(process), sysfs, procfs)
+
+
+def test_metrics_and_json_logs_follow_the_kubelet(kubelet: Kubelet, plugin_dir, tmp_path):
+    daemon = metered_daemon(kubelet, plugin_dir, tmp_path)
+    process, logs, sysfs, procfs = daemon.process, daemon.logs, daemon.sysfs, daemon.procfs
     try:
         address = logs.wait_for("metrics_serving")["address"]
         assert address.startswith("127.0.0.1:")
