@@ -77,7 +77,9 @@ def test_registered_means_the_kubelet_holds_the_stream(kubelet, start_daemon, tm
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = start_daemon(sysfs, procfs)
     wait_registered(kubelet, SERVED)
-    assert daemon.registered_resources() == SERVED
+    # The daemon records a pool once its Register returned, which can come after the kubelet's first
+    # snapshot of the stream: its own view is awaited, not read at the kubelet's moment.
+    kubelet.wait_for(lambda: daemon.registered_resources() == SERVED, what="the daemon's view: all registered")
     original = standin.registration_problem
     monkeypatch.setattr(standin, "registration_problem", lambda request: (
         "refused by this test" if request.resource_name == SHARED else original(request)))
