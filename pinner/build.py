@@ -123,6 +123,7 @@ def _hook_lines() -> list[str]:
         f"#define HOOK_EXCLUSIVE_OPTION {c_string(hook.EXCLUSIVE_OPTION)}",
         f"#define HOOK_NODE_WIDE_OPTION {c_string(hook.NODE_WIDE_OPTION)}",
         f"#define HOOK_RECORD_HINT {c_string(hook.RECORD_HINT)}",
+        f"#define HOOK_CONFINED_CGROUP {c_string(hook.CONFINED_CGROUP)}",
         "",
         f"static const char HOOK_HELP[] =\n    {c_string(contract.HOOK_HELP)};",
     ]

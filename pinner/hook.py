@@ -13,6 +13,12 @@ NODE_WIDE_OPTION = "--node-wide"
 #: The infra record's file name, next to the installed binary.
 RECORD_NAME = "cmk-infra-cpus"
 
+#: The cgroup the hook creates below the container's own and moves its processes into. The container's own
+#: cgroup, narrowed to its CPUs, is then the bound of whatever the container does to the cgroup it is in: a
+#: root process that makes a cgroup namespace and mounts the hierarchy there sees its own cgroup as the root,
+#: and may write its cpuset.cpus, but never past its parent's (``docs/hook.md``, "The bound").
+CONFINED_CGROUP = "cmk-confined"
+
 #: The largest state, config.json or procfs file read; real ones are a few KiB.
 MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Nesting deeper than this is refused rather than risk the stack.

@@ -1887,6 +1887,8 @@ static int remove_quota(const char *proc_root, long pid, const struct cgroup *cp
     return status;
 }
 
+static int confine_below(int dirfd, const struct cgroup *cg, const cpuset *cpus);
+
 static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
 {
     str file = {0}, parent = {0}, text = {0};
@@ -1955,7 +1957,74 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
         return fail(HOOK_EXIT_OUTSIDE);
     }
     int status = write_cpus(dirfd, file.p, cpus);
+    if (!status)
+        status = confine_below(dirfd, cg, cpus);
     close(dirfd);
+    return status;
+}
+
+/* A container one of whose other cmk hook entries already ran (a container holding several CDI devices runs
+ * one hook per device) has its processes in HOOK_CONFINED_CGROUP: it is confined again from its own cgroup,
+ * that cgroup's parent, so running twice stays idempotent. */
+static void container_cgroup(struct cgroup *cg)
+{
+    static const char leaf[] = "/" HOOK_CONFINED_CGROUP;
+    size_t n = sizeof leaf - 1;
+    str *parts[] = {&cg->path, &cg->dir};
+    for (size_t i = 0; i < 2; i++) {
+        str *s = parts[i];
+        if (s->len > n && !strcmp(s->p + s->len - n, leaf))
+            s->p[s->len -= n] = '\0';
+    }
+}
+
+/* Moves every process of the container's cgroup (dirfd, already narrowed to cpus) into HOOK_CONFINED_CGROUP
+ * below it. The container's own cgroup is then the bound of whatever its processes do to the cgroup they are
+ * in: a root process that makes a cgroup namespace sees its cgroup as the root of the hierarchy it mounts
+ * there, and may write that root's cpuset.cpus, but v1 refuses CPUs outside the parent's cpuset.cpus and v2
+ * confines a child to its parent's effective CPUs (docs/hook.md, "The bound"). v1's new cpuset starts empty,
+ * so it gets the container's memory nodes and the CPUs; v2's child has no cpuset files of its own (the
+ * container's subtree_control enables nothing), and the container's cpuset governs it. */
+static int confine_below(int dirfd, const struct cgroup *cg, const cpuset *cpus)
+{
+    str dir = {0}, file = {0}, text = {0};
+    struct stat st;
+    s_add(&dir, cg->dir.p);
+    s_add(&dir, "/" HOOK_CONFINED_CGROUP);
+    const char *what = "cannot create the cgroup that bounds the container's processes, ";
+    if (mkdirat(dirfd, HOOK_CONFINED_CGROUP, 0755) && errno != EEXIST)
+        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, dir.p, what, errno);
+    int leaf = openat(dirfd, HOOK_CONFINED_CGROUP, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (leaf < 0)
+        return cgroup_error(HOOK_EXIT_CGROUP_WRITE, dir.p, what, errno == ELOOP ? E_SYMLINK : errno);
+    int status = 0, e;
+    if (!fstatat(leaf, "cpuset.cpus", &st, AT_SYMLINK_NOFOLLOW)) {
+        s_add(&file, dir.p);
+        s_add(&file, "/cpuset.cpus");
+        if (!cg->v2 && (e = read_file_at(dirfd, "cpuset.mems", &text)))
+            status = cgroup_error(HOOK_EXIT_CGROUP_WRITE, cg->dir.p, "cannot read the memory nodes of ", e);
+        else if (!cg->v2)
+            status = write_cgroup_file(leaf, "cpuset.mems", dir.p, text.p, "cannot give the memory nodes to ",
+                                       HOOK_EXIT_CGROUP_WRITE);
+        if (!status)
+            status = write_cpus(leaf, file.p, cpus);
+    }
+    text.len = 0;
+    if (!status && (e = read_file_at(dirfd, "cgroup.procs", &text)))
+        status = cgroup_error(HOOK_EXIT_CGROUP_WRITE, cg->dir.p, "cannot list the processes of ", e);
+    for (char *line = text.p; !status && line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        int fd = open_regular(leaf, "cgroup.procs", O_WRONLY);
+        e = fd < 0 ? -fd : (write_all(fd, line, strlen(line)) && errno != ESRCH) ? errno : 0; /* ESRCH: it exited */
+        if (fd >= 0 && close(fd) && !e)
+            e = errno;
+        if (e)
+            status = cgroup_error(HOOK_EXIT_CGROUP_WRITE, dir.p, "cannot move the container's processes into ", e);
+        line = nl ? nl + 1 : NULL;
+    }
+    close(leaf);
     return status;
 }
 
@@ -2112,6 +2181,7 @@ static int hook(int argc, char **argv)
     } else if ((status = find_mount(proc_root, in.pid, "cpuset", &cg))) {
         return status;
     }
+    container_cgroup(&cg);
     if ((status = confine_cgroup(&cg, in.pid, &entries.cpus)) || (status = confine_tasks(proc_root, in.pid, &entries.cpus)))
         return status;
     if (entries.count && entries.exclusive == entries.count)

@@ -93,6 +93,20 @@ def cpuset_cgroup(parent: Path = CPUSET_ROOT, cpus: str | None = None) -> Iterat
             os.rmdir(directory)
 
 
+def kernel_files(container: Path, pid: int) -> Path:
+    """In a directory standing in for a v2 container cgroup holding ``pid``, the files the kernel would have made.
+
+    Its ``cgroup.procs`` lists ``pid``, and the child the hook creates already
+    has an empty ``cgroup.procs`` (mkdir in a plain directory makes none).
+    Returns that child, whose ``cgroup.procs`` then shows what the hook moved.
+    """
+    (container / "cgroup.procs").write_text(f"{pid}\n")
+    leaf = container / hook.CONFINED_CGROUP
+    leaf.mkdir()
+    (leaf / "cgroup.procs").write_text("")
+    return leaf
+
+
 @contextmanager
 def cpu_cgroup(quota_us: int, period_us: int = 100_000) -> Iterator[Path]:
     """A uniquely named v1 cpu cgroup with a CFS quota, as runc makes for ``--cpus``; removed after."""

@@ -21,6 +21,7 @@ from tests.pinner.hookrun import (
     cpu_cgroup,
     cpus_allowed,
     cpuset_cgroup,
+    kernel_files,
     process_in,
     read_cpus,
     run_hook,
@@ -94,10 +95,12 @@ def test_cgroup_v2_layout_and_every_thread_pinned(native_cmk: Path, tmp_path: Pa
         (proc_root / str(proc.pid)).mkdir(parents=True)
         (proc_root / str(proc.pid) / "cgroup").write_text("0::/kubepods/pod1/ctr\n")
         (proc_root / str(proc.pid) / "task").symlink_to(f"/proc/{proc.pid}/task")  # the real threads
+        leaf = kernel_files(container, proc.pid)
         result = run_hook(native_cmk, state(proc.pid, bundle), "--cpus=1", f"--proc-root={proc_root}",
                           "--cgroup-root", str(cgroup_root))
         assert (result.returncode, result.stderr) == (0, b"")
         assert (container / "cpuset.cpus").read_text() == "1\n"
+        assert (leaf / "cgroup.procs").read_text() == str(proc.pid)  # v2: no cpuset files of its own
         assert len(tasks(proc.pid)) == 4
         assert {cpus_allowed(task) for task in tasks(proc.pid)} == {"1"}
 
@@ -120,6 +123,7 @@ def test_mountinfo_locates_a_subtree_mount_with_an_escaped_path(native_cmk: Path
     with process_in(None) as proc:
         (proc_root / str(proc.pid)).mkdir()
         (proc_root / str(proc.pid) / "cgroup").write_text("0::/kubepods/pod1/ctr\n")
+        kernel_files(container, proc.pid)
         result = run_hook(native_cmk, state(proc.pid, bundle), "--cpus", "0", "--proc-root", str(proc_root))
         assert (result.returncode, result.stderr) == (0, b"")
         assert (container / "cpuset.cpus").read_text() == "0\n"
@@ -178,6 +182,7 @@ def test_cgroup_v2_quota_becomes_max_in_the_same_directory(native_cmk: Path, tmp
     with process_in(None) as proc:
         (proc_root / str(proc.pid)).mkdir(parents=True)
         (proc_root / str(proc.pid) / "cgroup").write_text("0::/kubepods/pod1/ctr\n")
+        kernel_files(container, proc.pid)
         result = run_hook(native_cmk, state(proc.pid, bundle), "--cpus=0", "--exclusive", f"--proc-root={proc_root}",
                           f"--cgroup-root={cgroup_root}")
         assert (result.returncode, result.stderr) == (0, b"")
@@ -196,6 +201,7 @@ def test_an_unwritable_quota_refuses_the_start_in_one_line(native_cmk: Path, tmp
     with process_in(None) as proc:
         (proc_root / str(proc.pid)).mkdir(parents=True)
         (proc_root / str(proc.pid) / "cgroup").write_text("0::/pod1/ctr\n")
+        kernel_files(container, proc.pid)
         result = run_hook(native_cmk, state(proc.pid, bundle), "--cpus=0", "--exclusive", f"--proc-root={proc_root}",
                           f"--cgroup-root={cgroup_root}")
         assert result.returncode == HookExit.QUOTA

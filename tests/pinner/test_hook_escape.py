@@ -1,0 +1,93 @@
+"""A root process of a confined container cannot widen its cpuset, whatever namespaces it makes (issue 20).
+
+Real processes in real cgroup v1 cpusets: the attacker of ``tests/support/escape.c``
+(a new user, mount and cgroup namespace, by ``unshare`` or by one raw ``clone``;
+the cpuset hierarchy mounted there, its root written with every CPU) runs in
+the cgroup the hook confined, as a container's init process would, and must
+end on the hook's CPUs. The control case runs the same attacker in a cgroup
+narrowed the way the hook narrowed containers before the bound: it widens, so
+these tests can fail.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from pinner import hook
+from tests.pinner.hookrun import cpuset_cgroup, read_cpus, run_hook, state, write_config
+from tests.support import escape
+
+
+@pytest.fixture(scope="session")
+def attacker(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return escape.build(tmp_path_factory.mktemp("escape") / "escape")
+
+
+@contextmanager
+def waiting_in(cgroup: Path, argv: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """``argv`` started in ``cgroup`` but held until its stdin gets a line, as runc holds a container's init."""
+    proc = subprocess.Popen(["sh", "-c", 'read go && exec "$@"', "sh", *argv], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        (cgroup / "cgroup.procs").write_text(str(proc.pid))
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def release(proc: subprocess.Popen[str]) -> escape.Attempt:
+    out, _ = proc.communicate("go\n", timeout=60)
+    return escape.parse(out)
+
+
+def two_cpus() -> tuple[str, str]:
+    """(the CPU the container is given, every CPU this process may use): the attack needs more than one."""
+    online = sorted(os.sched_getaffinity(0))
+    if len(online) < 2:
+        pytest.fail("these tests need two CPUs: one for the container, one it must not reach")
+    return str(online[0]), f"{online[0]}-{online[-1]}" if online == list(range(online[0], online[-1] + 1)) \
+        else ",".join(map(str, online))
+
+
+@pytest.mark.parametrize("mode", escape.MODES)
+def test_the_hooked_container_stays_on_its_cpus(native_cmk: Path, attacker: Path, tmp_path: Path, mode: str) -> None:
+    cpu, _ = two_cpus()
+    write_config(tmp_path, [cpu])
+    with cpuset_cgroup() as cgroup, waiting_in(cgroup, [str(attacker), mode]) as proc:
+        result = run_hook(native_cmk, state(proc.pid, tmp_path), f"--cpus={cpu}")
+        assert (result.returncode, result.stderr) == (0, b"")
+        attempt = release(proc)
+        assert (attempt.steps["mount"], attempt.affinity) == ("ok", cpu)  # it got as far as the mount
+        assert not attempt.widened_cgroup, attempt
+        leaf = cgroup / hook.CONFINED_CGROUP
+        assert (read_cpus(cgroup / "cpuset.cpus"), read_cpus(leaf / "cpuset.cpus")) == (cpu, cpu)
+
+
+@pytest.mark.parametrize("mode", escape.MODES)
+def test_without_the_bound_the_same_process_widens_its_cgroup(attacker: Path, mode: str) -> None:
+    """The control: the container's own cgroup narrowed (what the hook did before) is no bound."""
+    cpu, everything = two_cpus()
+    with cpuset_cgroup(cpus=cpu) as cgroup, waiting_in(cgroup, [str(attacker), mode]) as proc:
+        attempt = release(proc)
+        assert attempt.widened_cgroup and attempt.affinity == everything, attempt
+
+
+def test_the_processes_move_below_the_container_cgroup_once(native_cmk: Path, tmp_path: Path) -> None:
+    """Each CDI device's hook runs (two here): the second finds the process below and confines from the same cgroup."""
+    cpu, _ = two_cpus()
+    write_config(tmp_path, [cpu, cpu])
+    with cpuset_cgroup() as cgroup, waiting_in(cgroup, ["true"]) as proc:
+        for _ in range(2):
+            result = run_hook(native_cmk, state(proc.pid, tmp_path), f"--cpus={cpu}")
+            assert (result.returncode, result.stderr) == (0, b"")
+        leaf = cgroup / hook.CONFINED_CGROUP
+        assert (leaf / "cgroup.procs").read_text().split() == [str(proc.pid)]
+        assert (cgroup / "cgroup.procs").read_text() == ""
+        assert not (leaf / hook.CONFINED_CGROUP).exists()

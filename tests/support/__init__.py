@@ -1,0 +1,1 @@
+"""Helpers shared by more than one test tier (built programs, parsers of their output)."""
