@@ -124,6 +124,7 @@ def _hook_lines() -> list[str]:
         f"#define HOOK_NODE_WIDE_OPTION {c_string(hook.NODE_WIDE_OPTION)}",
         f"#define HOOK_RECORD_HINT {c_string(hook.RECORD_HINT)}",
         f"#define HOOK_CONFINED_CGROUP {c_string(hook.CONFINED_CGROUP)}",
+        f"#define HOOK_MAX_POD_CHILDREN {hook.MAX_POD_CHILDREN}",
         "",
         f"static const char HOOK_HELP[] =\n    {c_string(contract.HOOK_HELP)};",
     ]

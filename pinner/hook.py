@@ -19,6 +19,9 @@ RECORD_NAME = "cmk-infra-cpus"
 #: and may write its cpuset.cpus, but never past its parent's (``docs/hook.md``, "The bound").
 CONFINED_CGROUP = "cmk-confined"
 
+#: The most child cgroups of a pod's cgroup the hook reads to narrow it; a pod holds one per container.
+MAX_POD_CHILDREN = 1024
+
 #: The largest state, config.json or procfs file read; real ones are a few KiB.
 MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Nesting deeper than this is refused rather than risk the stack.

@@ -1887,6 +1887,108 @@ static int remove_quota(const char *proc_root, long pid, const struct cgroup *cp
     return status;
 }
 
+/* ---- hook: the pod's cgroup, the bound of processes that join the container later ---------------- */
+
+static int cs_within(const cpuset *a, const cpuset *b)
+{
+    for (size_t i = 0; i < MASK_WORDS; i++)
+        if (a->w[i] & ~b->w[i])
+            return 0;
+    return 1;
+}
+
+static int cs_empty(const cpuset *a)
+{
+    for (size_t i = 0; i < MASK_WORDS; i++)
+        if (a->w[i])
+            return 0;
+    return 1;
+}
+
+/* The CPUs a cgroup file below dirfd holds; 0, or -1 when it is missing, unreadable, empty or no cpu list. */
+static int read_cpus_at(int dirfd, const char *name, cpuset *cpus)
+{
+    str text = {0};
+    int bad = read_file_at(dirfd, name, &text) || memchr(text.p, 0, text.len) || parse_kernel_list(text.p, cpus);
+    free(text.p);
+    return bad || cs_empty(cpus) ? -1 : 0;
+}
+
+/* Gives the pod's cgroup (parentfd) the container's CPUs it lacks, when the pod's own parent has them: an
+ * earlier hook narrowed the pod to the containers it had then (bound_pod), and this container's devices are
+ * the kubelet's to hand out. allowed becomes the pod's CPUs; nothing changes if anything is amiss (the
+ * caller then refuses the CPUs outside, as before). */
+static void widen_pod(int parentfd, const char *effective, const cpuset *cpus, cpuset *allowed)
+{
+    cpuset above = {0}, own = {0};
+    int up = openat(parentfd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (up < 0)
+        return;
+    int ok = !read_cpus_at(up, effective, &above) && cs_within(cpus, &above) &&
+             !read_cpus_at(parentfd, "cpuset.cpus", &own);
+    close(up);
+    if (!ok)
+        return;
+    for (size_t i = 0; i < MASK_WORDS; i++)
+        own.w[i] |= cpus->w[i];
+    str list = {0};
+    s_ranges(&list, &own);
+    s_add(&list, "\n");
+    int fd = open_regular(parentfd, "cpuset.cpus", O_WRONLY | O_TRUNC);
+    if (fd >= 0 && !write_all(fd, list.p, list.len) && !close(fd))
+        *allowed = own;
+    else if (fd >= 0)
+        close(fd);
+    free(list.p);
+}
+
+/* Narrows the pod's cgroup (parentfd, the container's parent) to the union of its children's CPUs. A
+ * process that joins the container later (kubectl exec: runc and crun put it in the container's own cgroup,
+ * not below it) sees that cgroup as its root when it makes a cgroup namespace, and the pod is its bound:
+ * with every child confined (the sandbox too, by the node-wide hook), no more than what the pod's
+ * containers were given. A child without CPUs of its own (v2: the pod's; v1: not set up yet) leaves the pod
+ * as it is, and so does a pod without cpuset files. Since the kubelet frees devices only with the pod, the
+ * union never holds CPUs another pod was given since. */
+static int bound_pod(int parentfd, const char *pod)
+{
+    cpuset own = {0}, children = {0};
+    if (read_cpus_at(parentfd, "cpuset.cpus", &own))
+        return 0;
+    int fd = openat(parentfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dir = fd < 0 ? NULL : fdopendir(fd);
+    if (!dir) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    int seen = 0, whole = 1;
+    for (struct dirent *d; whole && (d = readdir(dir));) {
+        struct stat st;
+        if (d->d_name[0] == '.' || fstatat(parentfd, d->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISDIR(st.st_mode))
+            continue;
+        cpuset one = {0};
+        int child = openat(parentfd, d->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        whole = child >= 0 && !read_cpus_at(child, "cpuset.cpus", &one) && ++seen <= HOOK_MAX_POD_CHILDREN;
+        if (child >= 0)
+            close(child);
+        for (size_t i = 0; i < MASK_WORDS; i++)
+            children.w[i] |= one.w[i] & own.w[i];
+    }
+    closedir(dir);
+    if (!whole || !seen || !memcmp(&children, &own, sizeof own))
+        return 0;
+    str list = {0}, file = {0};
+    s_ranges(&list, &children);
+    s_add(&list, "\n");
+    s_add(&file, pod);
+    s_add(&file, "/cpuset.cpus");
+    int status = write_cgroup_file(parentfd, "cpuset.cpus", file.p, list.p,
+                                   "cannot narrow the pod's cgroup to its containers' CPUs in ", HOOK_EXIT_CGROUP_WRITE);
+    free(list.p);
+    free(file.p);
+    return status;
+}
+
 static int confine_below(int dirfd, const struct cgroup *cg, const cpuset *cpus);
 
 static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
@@ -1929,7 +2031,6 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
     int e = parentfd < 0 ? errno : read_file_at(parentfd, effective, &text);
     if (e)
         return cgroup_error(HOOK_EXIT_CGROUP_WRITE, parent.p, "cannot read the parent cgroup's CPUs from ", e);
-    close(parentfd);
     if (memchr(text.p, 0, text.len) || parse_kernel_list(text.p, &allowed)) {
         s_add(&msg, "cannot read the parent cgroup's CPUs from ");
         s_shown(&msg, parent.p);
@@ -1938,6 +2039,8 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
         s_add(&msg, "' is not a cpu list");
         return fail(HOOK_EXIT_CGROUP_WRITE);
     }
+    if (!cs_within(cpus, &allowed))
+        widen_pod(parentfd, effective, cpus, &allowed);
     int count = 0;
     for (unsigned c = 0; c < MAX_CPUS; c++)
         if (cs_has(cpus, c) && !cs_has(&allowed, c)) {
@@ -1956,9 +2059,14 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
         s_add(&msg, "): the pools' CPUs must stay within the pods' cgroup");
         return fail(HOOK_EXIT_OUTSIDE);
     }
+    str pod = {0};
+    parent_path(cg->dir.p, &pod);
     int status = write_cpus(dirfd, file.p, cpus);
     if (!status)
         status = confine_below(dirfd, cg, cpus);
+    if (!status)
+        status = bound_pod(parentfd, pod.p);
+    close(parentfd);
     close(dirfd);
     return status;
 }

@@ -120,6 +120,7 @@ static const char HELP[] =
 #define HOOK_NODE_WIDE_OPTION "--node-wide"
 #define HOOK_RECORD_HINT "the device plugin and 'cmk install' write it atomically as one cpu list; run 'cmk install' with the daemon's plan flags again, or delete the file to let containers start unconfined until the daemon writes it"
 #define HOOK_CONFINED_CGROUP "cmk-confined"
+#define HOOK_MAX_POD_CHILDREN 1024
 
 static const char HOOK_HELP[] =
     "usage: cmk hook --cpus=LIST [--exclusive] [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE\n"

@@ -123,11 +123,17 @@ def weighty_cgroup_parent() -> Iterator[str]:
     weights compete level by level: a heavy container under podman's default parent would share
     that parent's ordinary weight). Removed after, from every hierarchy podman made it in.
     """
+    with scratch_cgroup_parent() as parent:
+        (CGROUP_V1 / "cpu" / parent.lstrip("/")).mkdir()
+        (CGROUP_V1 / "cpu" / parent.lstrip("/") / "cpu.shares").write_text("262144")
+        yield parent
+
+
+@contextmanager
+def scratch_cgroup_parent() -> Iterator[str]:
+    """A uniquely named ``--cgroup-parent`` (``/cmk-e2e-...``), removed after from every hierarchy podman made it in."""
     name = f"cmk-e2e-{uuid.uuid4().hex[:10]}"
-    cpu = CGROUP_V1 / "cpu" / name
-    cpu.mkdir()
     try:
-        (cpu / "cpu.shares").write_text("262144")
         yield f"/{name}"
     finally:
         for hierarchy in CGROUP_V1.iterdir():

@@ -24,11 +24,13 @@ from deviceplugin.host import nodewide
 from pinner import hook
 from pinner.cpulist import format_cpu_list
 from tests.e2e.podman import (
+    CGROUP_V1,
     cgroup_dir,
     container_pid,
     hook_devices,
     podman,
     run_with_hooks,
+    scratch_cgroup_parent,
 )
 from tests.e2e.test_cdi_podman import plan_cpus
 from tests.support import escape
@@ -93,3 +95,48 @@ def test_a_root_container_stays_on_its_cpus(node: Node, image: str, container_na
     expected = node.core if pinned else node.infra
     assert (attempt.affinity, cgroup_cpus) == (expected, expected), attempt
     assert not attempt.widened_cgroup, attempt
+
+
+@pytest.fixture
+def pod_parent(node: Node) -> Iterator[str]:
+    """A ``--cgroup-parent`` playing a pod whose other child (conmon's cgroup here, the sandbox in Kubernetes) holds
+    only the exclusive core, so the pod's containers are given no other CPU."""
+    with scratch_cgroup_parent() as parent:
+        cpuset = CGROUP_V1 / "cpuset" / parent.lstrip("/")
+        (cpuset / "conmon").mkdir(parents=True)
+        for directory, cpus in ((cpuset, (CGROUP_V1 / "cpuset" / "cpuset.cpus").read_text()), (cpuset / "conmon", node.core)):
+            (directory / "cpuset.mems").write_text((CGROUP_V1 / "cpuset" / "cpuset.mems").read_text())
+            (directory / "cpuset.cpus").write_text(cpus)
+        yield parent
+
+
+@pytest.mark.parametrize("mode", escape.MODES)
+def test_a_process_exec_d_later_is_bound_by_its_pod(node: Node, image: str, container_name: str, pod_parent: str,
+                                                    mode: str) -> None:
+    """``podman exec`` (as ``kubectl exec``) joins the container's own cgroup, not the one below: the pod bounds it."""
+    result = run_with_hooks(node.hooks_dir, "-d", "--name", container_name, "--cgroup-parent", pod_parent,
+                            "--device", f"{node.kind}=core", "-v", f"{node.attacker}:{ATTACKER}:ro", image,
+                            "sleep", "inf", check=False)
+    assert result.returncode == 0, result.stderr
+    attempt = escape.parse(podman("exec", container_name, ATTACKER, mode).stdout)
+    assert (attempt.steps["mount"], attempt.affinity) == ("ok", node.core), attempt
+    assert not attempt.widened_cgroup, attempt
+
+
+def test_the_runtime_lifecycle_works_below_the_bound(node: Node, image: str, container_name: str) -> None:
+    """stats, top, exec, pause, update, kill and rm all work on a container whose processes the hook moved below."""
+    result = run_with_hooks(node.hooks_dir, "-d", "--name", container_name, "--device", f"{node.kind}=core", image,
+                            "sleep", "inf", check=False)
+    assert result.returncode == 0, result.stderr
+    pid = container_pid(container_name)
+    leaf = cgroup_dir(pid, "cpuset")
+    assert leaf.name == hook.CONFINED_CGROUP
+    assert podman("stats", "--no-stream", "--format", "{{.PIDs}}", container_name).stdout.split() == ["1"]
+    assert "sleep" in podman("top", container_name, "args").stdout
+    assert podman("exec", container_name, "true").returncode == 0
+    podman("pause", container_name)
+    podman("unpause", container_name)
+    podman("update", "--cpus", "0.5", container_name)
+    podman("kill", container_name)
+    podman("rm", container_name)
+    assert not leaf.parent.exists()  # the runtime removed the container's cgroup, the one below included

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from pinner import hook
+from pinner.cpulist import format_cpu_list
 from tests.pinner.hookrun import cpuset_cgroup, read_cpus, run_hook, state, write_config
 from tests.support import escape
 
@@ -47,18 +48,17 @@ def release(proc: subprocess.Popen[str]) -> escape.Attempt:
     return escape.parse(out)
 
 
-def two_cpus() -> tuple[str, str]:
-    """(the CPU the container is given, every CPU this process may use): the attack needs more than one."""
-    online = sorted(os.sched_getaffinity(0))
+def two_cpus() -> tuple[str, str, str]:
+    """(the CPU a container is given, another, every CPU this process may use): the attack needs two or more."""
+    online = frozenset(os.sched_getaffinity(0))
     if len(online) < 2:
         pytest.fail("these tests need two CPUs: one for the container, one it must not reach")
-    return str(online[0]), f"{online[0]}-{online[-1]}" if online == list(range(online[0], online[-1] + 1)) \
-        else ",".join(map(str, online))
+    return str(min(online)), str(max(online)), format_cpu_list(online)
 
 
 @pytest.mark.parametrize("mode", escape.MODES)
 def test_the_hooked_container_stays_on_its_cpus(native_cmk: Path, attacker: Path, tmp_path: Path, mode: str) -> None:
-    cpu, _ = two_cpus()
+    cpu, _, _ = two_cpus()
     write_config(tmp_path, [cpu])
     with cpuset_cgroup() as cgroup, waiting_in(cgroup, [str(attacker), mode]) as proc:
         result = run_hook(native_cmk, state(proc.pid, tmp_path), f"--cpus={cpu}")
@@ -73,7 +73,7 @@ def test_the_hooked_container_stays_on_its_cpus(native_cmk: Path, attacker: Path
 @pytest.mark.parametrize("mode", escape.MODES)
 def test_without_the_bound_the_same_process_widens_its_cgroup(attacker: Path, mode: str) -> None:
     """The control: the container's own cgroup narrowed (what the hook did before) is no bound."""
-    cpu, everything = two_cpus()
+    cpu, _, everything = two_cpus()
     with cpuset_cgroup(cpus=cpu) as cgroup, waiting_in(cgroup, [str(attacker), mode]) as proc:
         attempt = release(proc)
         assert attempt.widened_cgroup and attempt.affinity == everything, attempt
@@ -81,7 +81,7 @@ def test_without_the_bound_the_same_process_widens_its_cgroup(attacker: Path, mo
 
 def test_the_processes_move_below_the_container_cgroup_once(native_cmk: Path, tmp_path: Path) -> None:
     """Each CDI device's hook runs (two here): the second finds the process below and confines from the same cgroup."""
-    cpu, _ = two_cpus()
+    cpu, _, _ = two_cpus()
     write_config(tmp_path, [cpu, cpu])
     with cpuset_cgroup() as cgroup, waiting_in(cgroup, ["true"]) as proc:
         for _ in range(2):
@@ -91,3 +91,39 @@ def test_the_processes_move_below_the_container_cgroup_once(native_cmk: Path, tm
         assert (leaf / "cgroup.procs").read_text().split() == [str(proc.pid)]
         assert (cgroup / "cgroup.procs").read_text() == ""
         assert not (leaf / hook.CONFINED_CGROUP).exists()
+
+
+@contextmanager
+def pod(cpus: str) -> Iterator[tuple[Path, Path]]:
+    """(a pod cgroup, its container's cgroup) beside a sandbox child confined to ``cpus``, as the node-wide hook leaves it."""
+    with cpuset_cgroup() as pod_cgroup, cpuset_cgroup(pod_cgroup, cpus=cpus), cpuset_cgroup(pod_cgroup) as container:
+        yield pod_cgroup, container
+
+
+def test_a_process_that_joins_the_container_later_is_bound_by_the_pod(native_cmk: Path, attacker: Path,
+                                                                       tmp_path: Path) -> None:
+    """kubectl exec puts a process in the container's own cgroup: the pod, narrowed to its children, bounds it."""
+    cpu, _, everything = two_cpus()
+    write_config(tmp_path, [cpu])
+    with pod(cpu) as (pod_cgroup, container), waiting_in(container, ["true"]) as init:
+        assert read_cpus(pod_cgroup / "cpuset.cpus") == everything
+        result = run_hook(native_cmk, state(init.pid, tmp_path), f"--cpus={cpu}")
+        assert (result.returncode, result.stderr) == (0, b"")
+        assert read_cpus(pod_cgroup / "cpuset.cpus") == cpu  # what its sandbox and container hold
+        with waiting_in(container, [str(attacker), "unshare"]) as joined:
+            attempt = release(joined)
+        assert (attempt.steps["mount"], attempt.widened_cgroup, attempt.affinity) == ("ok", False, cpu), attempt
+
+
+def test_a_later_container_widens_the_pod_by_its_own_cpus(native_cmk: Path, tmp_path: Path) -> None:
+    """A pod narrowed to its first containers gets a new container's CPUs from its own parent, then the union."""
+    cpu, other, everything = two_cpus()
+    write_config(tmp_path / "a", [cpu])
+    write_config(tmp_path / "b", [other])
+    with pod(cpu) as (pod_cgroup, first), waiting_in(first, ["true"]) as init:
+        assert run_hook(native_cmk, state(init.pid, tmp_path / "a"), f"--cpus={cpu}").returncode == 0
+        assert read_cpus(pod_cgroup / "cpuset.cpus") == cpu
+        with cpuset_cgroup(pod_cgroup) as second, waiting_in(second, ["true"]) as init2:
+            result = run_hook(native_cmk, state(init2.pid, tmp_path / "b"), f"--cpus={other}")
+            assert (result.returncode, result.stderr) == (0, b"")
+            assert (read_cpus(second / "cpuset.cpus"), read_cpus(pod_cgroup / "cpuset.cpus")) == (other, everything)
