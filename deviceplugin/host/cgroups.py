@@ -16,6 +16,7 @@ Why it works this way: ``docs/unconfined.md``.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from deviceplugin.host.files import (
 )
 from deviceplugin.model.confinement import Container, container_id
 from pinner.cpulist import CpuListError, parse_cpu_list
+from pinner.hook import CONFINED_CGROUP
 
 MAX_DEPTH = 16  # kubepods.slice/kubepods-burstable.slice/...-pod<uid>.slice/<scope> is 4; rootless podman 6
 MAX_CGROUPS = 10_000  # directories listed: a node at maxPods 110 has a few hundred
@@ -103,6 +105,13 @@ class _Walk:
                 return None
         return None
 
+    def hooked(self, relative: str) -> bool:
+        """The hook ran for container ``relative``: the cgroup it moves the container's processes into is there."""
+        try:
+            return stat.S_ISDIR(os.lstat(self.root.joinpath(relative.lstrip("/"), CONFINED_CGROUP)).st_mode)
+        except OSError:
+            return False
+
     def directory(self, relative: str, depth: int, max_depth: int) -> list[str]:
         """Records the containers directly below ``relative``; the other subdirectories to walk."""
         self.cgroups_left -= 1
@@ -123,7 +132,7 @@ class _Walk:
                     if found is not None:
                         cpus = self.cpus(path)
                         if cpus is not None:
-                            self.containers.append(Container(found, path, cpus))
+                            self.containers.append(Container(found, path, cpus, self.hooked(path)))
                     elif depth + 1 < max_depth:
                         below.append(path)
                     else:

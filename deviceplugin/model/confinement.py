@@ -3,7 +3,11 @@
 A container that started before the hook was installed keeps the cpuset it
 was born with, its parent's: under the kubelet's CPU manager policy ``none``
 every CPU of the node, exclusive cores included. :func:`unconfined` states
-the rule that tells it from a container the hook confined. Container cgroups
+the rule that tells it from a container the hook confined. A container the
+hook did confine carries the cgroup the hook made below its own
+(``pinner.hook.CONFINED_CGROUP``): if its cpuset reaches exclusive CPUs all
+the same, something rewrote it after the hook, and it is reported as
+widened, not as started before the hook. Container cgroups
 are named as the runtimes name them (checked against their source), the last
 path component carrying the 64-hex container ID; conmon's cgroups
 (``crio-conmon-<id>.scope``, ``libpod-conmon-<id>.scope``) are not containers.
@@ -42,6 +46,15 @@ class Container:
     id: str
     cgroup: str
     cpus: frozenset[int]
+    #: the hook ran for it: the cgroup it makes below the container's exists
+    hooked: bool = False
+
+
+class Reason:
+    """Why a container is unconfined: the values of ``cmk_unconfined_containers``' ``reason`` label."""
+
+    STARTED_BEFORE_HOOK = "started_before_hook"
+    WIDENED = "widened"
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,10 @@ class Unconfined:
 
     container: Container
     exclusive: frozenset[int]
+
+    @property
+    def reason(self) -> str:
+        return Reason.WIDENED if self.container.hooked else Reason.STARTED_BEFORE_HOOK
 
 
 def exclusive_cpus(plan: PoolPlan) -> frozenset[int]:

@@ -73,6 +73,8 @@ class HostConfig:
     dropins: tuple[DropIn, ...]
     #: What each runtime's configuration needs so the node-wide hook runs for every container.
     runtime_config: tuple[DropIn, ...]
+    #: Optional kernel settings that narrow what a root container may try (a second wall, not the bound).
+    sysctls: tuple[DropIn, ...]
     notes: tuple[str, ...]
 
     @property
@@ -155,6 +157,15 @@ def _reserved(plan: PoolPlan, cores: int) -> frozenset[int]:
     return frozenset(cpu for core in infra[:cores] for cpu in core.cpus)
 
 
+#: No user namespaces for anyone: the cgroup-namespace attempt on a container's cpuset starts with one. Breaks
+#: user-namespaced pods (``hostUsers: false``) and rootless containers, so it is printed as optional.
+USERNS_SYSCTL = DropIn(
+    "/etc/sysctl.d/90-cmk-no-user-namespaces.conf",
+    "# Only where no pod sets hostUsers: false and nothing runs rootless containers; then `sysctl --system`.\n"
+    "user.max_user_namespaces = 0\n",
+)
+
+
 def host_config(topology: Topology, options: PlanOptions, host: HostOptions = HostOptions()) -> HostConfig:
     """The kernel line, kubelet settings and drop-ins that serve ``options`` on this topology."""
     unknown = [runtime for runtime in host.runtimes if runtime not in RUNTIMES]
@@ -197,6 +208,9 @@ def host_config(topology: Topology, options: PlanOptions, host: HostOptions = Ho
         "kind": "KubeletConfiguration",
         "cpuManagerPolicy": "none",
         "reservedSystemCPUs": format_cpu_list(reserved),
+        # RuntimeDefault for every pod that names no seccomp profile: it refuses namespace creation to
+        # processes without CAP_SYS_ADMIN, a second wall behind the hook's bound (README, Security)
+        "seccompDefault": True,
     }
     return HostConfig(
         plan=plan,
@@ -209,6 +223,7 @@ def host_config(topology: Topology, options: PlanOptions, host: HostOptions = Ho
         kubelet=kubelet,
         dropins=_dropins(infra, host.runtimes),
         runtime_config=_runtime_config(host),
+        sysctls=(USERNS_SYSCTL,),
         notes=tuple(notes),
     )
 
@@ -223,6 +238,7 @@ def host_config_data(config: HostConfig) -> dict[str, Any]:
         "kubelet_allocatable_cpu": len(config.online) - len(config.reserved),
         "systemd_dropins": [{"path": d.path, "content": d.content} for d in config.dropins],
         "runtime_config": [{"path": d.path, "content": d.content} for d in config.runtime_config],
+        "sysctls": [{"path": d.path, "content": d.content} for d in config.sysctls],
         "current_isolcpus": format_cpu_list(config.current_isolated),
         "reboot_needed": config.reboot_needed,
         "notes": list(config.notes),
@@ -256,6 +272,9 @@ def render_text(config: HostConfig) -> str:
     if config.runtime_config:
         lines += ["## Container runtime: the node-wide hook, so every container is born confined", ""]
     for file in config.runtime_config:
+        lines += [f"### {file.path}", file.content.rstrip(), ""]
+    lines += ["## Optional: no user namespaces on the node (the hook's bound does not need it)", ""]
+    for file in config.sysctls:
         lines += [f"### {file.path}", file.content.rstrip(), ""]
     lines += [f"note: {note}" for note in config.notes]
     return "\n".join(lines).rstrip() + "\n"

@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from deviceplugin.host.cgroups import NoHierarchy, scan
 from deviceplugin.host.files import FileProblem
-from deviceplugin.model.confinement import unconfined
+from deviceplugin.model.confinement import Reason, unconfined
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,12 @@ class UnconfinedCollector:
         up.add_metric([], 1 if found.complete else 0)
         yield up
         count = GaugeMetricFamily("cmk_unconfined_containers", "Containers whose cpuset reaches exclusive-pool CPUs "
-                                  "the hook never gave them (started before the node-wide hook; restart them).")
-        count.add_metric([], len(unconfined(found.containers, self._exclusive, held)))
+                                  "the hook never gave them, by reason: started_before_hook (restart them) or "
+                                  "widened (the hook confined it and something rewrote its cpuset since).",
+                                  labels=["reason"])
+        reasons = [u.reason for u in unconfined(found.containers, self._exclusive, held)]
+        for reason in (Reason.STARTED_BEFORE_HOOK, Reason.WIDENED):
+            count.add_metric([reason], reasons.count(reason))
         yield count
 
     def _once(self, notes: tuple[str, ...]) -> None:

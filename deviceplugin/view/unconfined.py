@@ -9,11 +9,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from deviceplugin.model.confinement import SHORT_ID, Unconfined
+from deviceplugin.model.confinement import SHORT_ID, Reason, Unconfined
 from deviceplugin.view.tables import align_columns
 from pinner.cpulist import format_cpu_list
 
 FIX = "restart it; containers created after the node-wide hook is installed are born confined"
+#: Per reason: what happened, and what to do about it.
+REASONS = {
+    Reason.STARTED_BEFORE_HOOK: ("started before the node-wide hook", FIX),
+    Reason.WIDENED: ("widened after the hook confined it",
+                     ("a process in it rewrote its cpuset: kill it (a restart is born confined), find out who could "
+                      "(README, Security: a root process in the pod), and refuse such pods")),
+}
 WITHOUT_KUBELET = ("the kubelet's pod resources were not read: a container holding exclusive cores together with "
                    "a shared or infra slot is listed too")
 
@@ -28,9 +35,9 @@ def unconfined_data(hierarchy: str, version: int, scanned: int, found: Sequence[
         "containers_scanned": scanned,
         "complete": complete,
         "containers": [{"id": u.container.id[:SHORT_ID], "full_id": u.container.id, "cgroup": u.container.cgroup,
-                        "cpus": format_cpu_list(u.container.cpus), "exclusive_cpus": format_cpu_list(u.exclusive)}
-                       for u in found],
-        "fix": FIX,
+                        "cpus": format_cpu_list(u.container.cpus), "exclusive_cpus": format_cpu_list(u.exclusive),
+                        "reason": u.reason} for u in found],
+        "fix": {reason: REASONS[reason][1] for reason in sorted({u.reason for u in found})},
         "notes": [*notes, *([] if kubelet_read or not found else [WITHOUT_KUBELET])],
     }
 
@@ -50,7 +57,9 @@ def render_unconfined(data: dict[str, Any]) -> list[str]:
         lines = [f"Unconfined containers: none ({scanned} container {cgroups} scanned at {where})"]
     else:
         lines = [f"Unconfined containers ({len(containers)} of {data['containers_scanned']}; cpusets at {where})"]
-        rows = [["ID", "CGROUP", "CPUS", "EXCLUSIVE CPUS"]]
-        rows += [[c["id"], c["cgroup"], c["cpus"], c["exclusive_cpus"]] for c in containers]
-        lines += [*align_columns(rows, indent="  "), f"  fix: {data['fix']}"]
+        rows = [["ID", "CGROUP", "CPUS", "EXCLUSIVE CPUS", "WHY"]]
+        rows += [[c["id"], c["cgroup"], c["cpus"], c["exclusive_cpus"], REASONS[c["reason"]][0]] for c in containers]
+        lines += align_columns(rows, indent="  ")
+        lines += [f"  fix ({REASONS[reason][0]}): {fix}" if len(data["fix"]) > 1 else f"  fix: {fix}"
+                  for reason, fix in data["fix"].items()]
     return lines + [f"note: {note}" for note in data["notes"]]

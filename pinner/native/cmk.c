@@ -78,7 +78,8 @@ static void s_reserve(str *s, size_t n)
 static void s_addn(str *s, const char *t, size_t n)
 {
     s_reserve(s, n);
-    memcpy(s->p + s->len, t, n);
+    if (n) /* t may be an empty string's NULL buffer: memcpy(dst, NULL, 0) is undefined */
+        memcpy(s->p + s->len, t, n);
     s->len += n;
     s->p[s->len] = '\0';
 }
@@ -1947,13 +1948,16 @@ static void widen_pod(int parentfd, const char *effective, const cpuset *cpus, c
  * not below it) sees that cgroup as its root when it makes a cgroup namespace, and the pod is its bound:
  * with every child confined (the sandbox too, by the node-wide hook), no more than what the pod's
  * containers were given. A child without CPUs of its own (v2: the pod's; v1: not set up yet) leaves the pod
- * as it is, and so does a pod without cpuset files. Since the kubelet frees devices only with the pod, the
+ * as it is, and so does a pod without cpuset files. A pod that is the hierarchy's root is never touched. Since the kubelet frees devices only with the pod, the
  * union never holds CPUs another pod was given since. */
-static int bound_pod(int parentfd, const char *pod)
+static int bound_pod(int parentfd, const char *pod, const char *effective)
 {
     cpuset own = {0}, children = {0};
-    if (read_cpus_at(parentfd, "cpuset.cpus", &own))
-        return 0;
+    struct stat st;
+    if (fstatat(parentfd, "cpuset.cpus", &st, AT_SYMLINK_NOFOLLOW))
+        return 0; /* no cpuset files: the cpuset controller is not enabled for the pod */
+    if (read_cpus_at(parentfd, "cpuset.cpus", &own) && read_cpus_at(parentfd, effective, &own))
+        return 0; /* v2's empty cpuset.cpus: the pod has its parent's CPUs */
     int fd = openat(parentfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *dir = fd < 0 ? NULL : fdopendir(fd);
     if (!dir) {
@@ -2064,8 +2068,8 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
     int status = write_cpus(dirfd, file.p, cpus);
     if (!status)
         status = confine_below(dirfd, cg, cpus);
-    if (!status)
-        status = bound_pod(parentfd, pod.p);
+    if (!status && strrchr(cg->path.p, '/') != cg->path.p) /* the parent is not the hierarchy's root */
+        status = bound_pod(parentfd, pod.p, effective);
     close(parentfd);
     close(dirfd);
     return status;

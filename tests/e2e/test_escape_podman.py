@@ -5,7 +5,7 @@ privileged: with the default capabilities, with ``--cap-drop ALL``, and with
 seccomp unconfined; by ``unshare`` and by one raw ``clone``. A pinned
 container (a core's CDI device) must end on its core and an ordinary one (the
 node-wide hook) on the infra CPUs, read from the host: the affinity the
-attacker ends with, and its container cgroup's ``cpuset.cpus``. Without any
+attacker ends with, and its container cgroup's ``cpuset.cpus``. Without
 the hook's bound (``docs/hook.md``) the attacker reaches every CPU: the
 pinner tier's control case (``tests/pinner/test_hook_escape.py``) shows it on
 the same kernel, and these tests fail with the hook of before the bound.
@@ -13,26 +13,27 @@ the same kernel, and these tests fail with the hook of before the bound.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from deviceplugin.host import nodewide
+from deviceplugin.model.confinement import Reason
 from pinner import hook
-from pinner.cpulist import format_cpu_list
+from tests.e2e.conftest import ROOT
 from tests.e2e.podman import (
     CGROUP_V1,
     cgroup_dir,
     container_pid,
-    hook_devices,
     podman,
     run_with_hooks,
     scratch_cgroup_parent,
 )
-from tests.e2e.test_cdi_podman import plan_cpus
+from tests.e2e.test_nodewide_podman import NodeWide, node  # noqa: F401  (node is a fixture)
 from tests.support import escape
 
 pytestmark = pytest.mark.e2e
@@ -45,34 +46,18 @@ SECURITY = {
 }
 
 
-@dataclass(frozen=True)
-class Node:
-    hooks_dir: Path
-    kind: str  # a CDI kind whose device "core" carries the exclusive core's hook
-    core: str
-    infra: str
-    attacker: Path
-
-
 @pytest.fixture(scope="module")
-def node(install_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    core, infra = plan_cpus()
-    work = tmp_path_factory.mktemp("escape")
-    hooks_dir, record_dir = work / "hooks.d", work / "record"
-    record_dir.mkdir()
-    nodewide.write_record(record_dir, infra)
-    nodewide.write_declaration(hooks_dir, str(install_dir / "cmk"), str(nodewide.record_path(record_dir)))
-    attacker = escape.build(work / "escape")
-    with hook_devices(install_dir / "cmk", {"core": hook.command_line(format_cpu_list(core), exclusive=True)}) as kind:
-        yield Node(hooks_dir, kind, format_cpu_list(core), format_cpu_list(infra), attacker)
+def attacker(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return escape.build(tmp_path_factory.mktemp("escape") / "escape")
 
 
-def attack(node: Node, image: str, name: str, mode: str, security: str, *, pinned: bool) -> tuple[escape.Attempt, str]:
+def attack(node: NodeWide, attacker: Path, image: str, name: str, mode: str, security: str, *,  # noqa: F811
+           pinned: bool) -> tuple[escape.Attempt, str]:
     """(what the attacker reached, its container cgroup's cpuset.cpus read on the host after it tried)."""
     device = ("--device", f"{node.kind}=core") if pinned else ()
     script = f"{ATTACKER} {mode}; echo done; exec sleep inf"
     result = run_with_hooks(node.hooks_dir, "-d", "--name", name, *SECURITY[security], *device,
-                            "-v", f"{node.attacker}:{ATTACKER}:ro", image, "sh", "-c", script, check=False)
+                            "-v", f"{attacker}:{ATTACKER}:ro", image, "sh", "-c", script, check=False)
     assert result.returncode == 0, result.stderr
     for _ in range(600):  # a bounded wait for the attacker's line
         logs = podman("logs", name).stdout
@@ -89,16 +74,16 @@ def attack(node: Node, image: str, name: str, mode: str, security: str, *, pinne
 @pytest.mark.parametrize("security", SECURITY)
 @pytest.mark.parametrize("mode", escape.MODES)
 @pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "ordinary"])
-def test_a_root_container_stays_on_its_cpus(node: Node, image: str, container_name: str, mode: str, security: str,
-                                           pinned: bool) -> None:
-    attempt, cgroup_cpus = attack(node, image, container_name, mode, security, pinned=pinned)
+def test_a_root_container_stays_on_its_cpus(node: NodeWide, attacker: Path, image: str, container_name: str,  # noqa: F811
+                                           mode: str, security: str, pinned: bool) -> None:
+    attempt, cgroup_cpus = attack(node, attacker, image, container_name, mode, security, pinned=pinned)
     expected = node.core if pinned else node.infra
     assert (attempt.affinity, cgroup_cpus) == (expected, expected), attempt
     assert not attempt.widened_cgroup, attempt
 
 
 @pytest.fixture
-def pod_parent(node: Node) -> Iterator[str]:
+def pod_parent(node: NodeWide) -> Iterator[str]:  # noqa: F811
     """A ``--cgroup-parent`` playing a pod whose other child (conmon's cgroup here, the sandbox in Kubernetes) holds
     only the exclusive core, so the pod's containers are given no other CPU."""
     with scratch_cgroup_parent() as parent:
@@ -111,11 +96,11 @@ def pod_parent(node: Node) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("mode", escape.MODES)
-def test_a_process_exec_d_later_is_bound_by_its_pod(node: Node, image: str, container_name: str, pod_parent: str,
-                                                    mode: str) -> None:
+def test_a_process_exec_d_later_is_bound_by_its_pod(node: NodeWide, attacker: Path, image: str,  # noqa: F811
+                                                    container_name: str, pod_parent: str, mode: str) -> None:
     """``podman exec`` (as ``kubectl exec``) joins the container's own cgroup, not the one below: the pod bounds it."""
     result = run_with_hooks(node.hooks_dir, "-d", "--name", container_name, "--cgroup-parent", pod_parent,
-                            "--device", f"{node.kind}=core", "-v", f"{node.attacker}:{ATTACKER}:ro", image,
+                            "--device", f"{node.kind}=core", "-v", f"{attacker}:{ATTACKER}:ro", image,
                             "sleep", "inf", check=False)
     assert result.returncode == 0, result.stderr
     attempt = escape.parse(podman("exec", container_name, ATTACKER, mode).stdout)
@@ -123,7 +108,8 @@ def test_a_process_exec_d_later_is_bound_by_its_pod(node: Node, image: str, cont
     assert not attempt.widened_cgroup, attempt
 
 
-def test_the_runtime_lifecycle_works_below_the_bound(node: Node, image: str, container_name: str) -> None:
+def test_the_runtime_lifecycle_works_below_the_bound(node: NodeWide, image: str,  # noqa: F811
+                                                     container_name: str) -> None:
     """stats, top, exec, pause, update, kill and rm all work on a container whose processes the hook moved below."""
     result = run_with_hooks(node.hooks_dir, "-d", "--name", container_name, "--device", f"{node.kind}=core", image,
                             "sleep", "inf", check=False)
@@ -140,3 +126,21 @@ def test_the_runtime_lifecycle_works_below_the_bound(node: Node, image: str, con
     podman("kill", container_name)
     podman("rm", container_name)
     assert not leaf.parent.exists()  # the runtime removed the container's cgroup, the one below included
+
+
+def test_a_container_widened_by_a_process_exec_d_later_is_reported_as_widened(
+        node: NodeWide, attacker: Path, image: str, container_name: str) -> None:  # noqa: F811
+    """Under podman's own parent (conmon's cgroup there holds every CPU) the pod bound cannot narrow anything, so a
+    process exec'd later does widen its container: ``cmk describe`` says so, and not "started before the hook"."""
+    result = run_with_hooks(node.hooks_dir, "-d", "--name", container_name, "-v", f"{attacker}:{ATTACKER}:ro",
+                            image, "sleep", "inf", check=False)  # an ordinary container: on infra
+    assert result.returncode == 0, result.stderr
+    attempt = escape.parse(podman("exec", container_name, ATTACKER, "unshare").stdout)
+    assert attempt.widened_cgroup, attempt  # the precondition: nothing above bounds it here
+    full_id = podman("inspect", "--format", "{{.Id}}", container_name).stdout.strip()
+    described = subprocess.run([sys.executable, "-m", "deviceplugin", "describe", "-o", "json", "--usage-window", "0",
+                                "--excl-non-isolcpus", node.core], cwd=ROOT, capture_output=True, text=True,
+                               check=True, timeout=60)
+    found = {c["full_id"]: c for c in json.loads(described.stdout)["unconfined"]["containers"]}
+    assert found[full_id]["reason"] == Reason.WIDENED
+    assert found[full_id]["exclusive_cpus"] == node.core

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from deviceplugin.model.confinement import Reason
 from deviceplugin.standin import Kubelet
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.e2e.conftest import ROOT
@@ -27,7 +28,7 @@ from tests.protocol.test_observe import Logs, scrape
 
 pytestmark = pytest.mark.e2e
 
-COUNT = ("cmk_unconfined_containers", frozenset())
+COUNT = ("cmk_unconfined_containers", frozenset({("reason", Reason.STARTED_BEFORE_HOOK)}))
 
 
 def container_id(name: str) -> str:

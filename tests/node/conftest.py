@@ -104,3 +104,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             write(f"  {'PASS' if check['ok'] else 'FAIL'} {name} ({check['seconds']} s): {first}")
         if "hotplug_seconds" in figures:
             write(f"  hotplug to health: {figures['hotplug_seconds']}")
+        for runtime, rounds in figures.get("escape", {}).items():
+            for seen in rounds:
+                write(f"  escape attempts, {runtime}, {seen}")

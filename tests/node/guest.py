@@ -14,6 +14,7 @@ Expected values come from the kernel's files, read here directly
 from __future__ import annotations
 
 import copy
+import ctypes
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from deviceplugin.host import nodewide
 from pinner import hook as cmk_hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.node import oci, shapes
+from tests.support import escape
 from tests.threads import samples_on_each
 
 if TYPE_CHECKING:
@@ -460,8 +462,10 @@ def _ready(runtime: str, bundle: Path, process: subprocess.Popen[bytes]) -> Runn
     status = {k: v.strip() for k, _, v in (line.partition(":") for line in
                                            Path(f"/proc/{pid}/status").read_text().splitlines())}
     path = Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1]
-    return Running(pid, lines, path, cpus(status["Cpus_allowed_list"]),
-                   cpus(read(CGROUP / path.lstrip("/") / "cpuset.cpus.effective")))
+    container = CGROUP / path.lstrip("/")
+    if container.name == cmk_hook.CONFINED_CGROUP:  # the hook moved its processes below: no cpuset files there
+        container = container.parent
+    return Running(pid, lines, path, cpus(status["Cpus_allowed_list"]), cpus(read(container / "cpuset.cpus.effective")))
 
 
 @contextmanager
@@ -595,6 +599,109 @@ def check_both_hooks_runc(node: Node, plan: dict[str, Any]) -> str:
 
 def check_both_hooks_crun(node: Node, plan: dict[str, Any]) -> str:
     return _both_hooks(node, "crun")
+
+
+#: The capabilities containerd's and Docker's default spec give a container (``runc spec``'s are three).
+DEFAULT_CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID",
+                "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL",
+                "CAP_AUDIT_WRITE"]
+ATTACKER = "/escape"
+MS_REMOUNT = 32
+
+
+def _attacked(node: Node, runtime: str, name: str, pod: str, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` in cgroup ``/pod/name``, uid 0 with the default capabilities and no seccomp profile, the attacker
+    (``tests/support/escape.c``, built on the host beside the pinner) bind-mounted at :data:`ATTACKER`."""
+    config["linux"]["cgroupsPath"] = f"/{pod}/{name}"
+    config["linux"].pop("seccomp", None)
+    caps = config["process"].setdefault("capabilities", {})
+    for kind in ("bounding", "effective", "permitted"):
+        caps[kind] = DEFAULT_CAPS
+    (node.work / name / "rootfs" / ATTACKER.lstrip("/")).touch()
+    config["mounts"].append({"destination": ATTACKER, "type": "bind", "source": str(node.install_dir / "escape"),
+                             "options": ["bind", "ro"]})
+    return config
+
+
+@contextmanager
+def pod_cgroup(name: str, sandbox: frozenset[int]) -> Iterator[Path]:
+    """A pod's cgroup whose sandbox child holds ``sandbox``, as a pod's is after the node-wide hook ran for it."""
+    pod = CGROUP / name
+    pod.mkdir()
+    try:
+        (pod / "cgroup.subtree_control").write_text("+cpuset")
+        (pod / "sandbox").mkdir()
+        (pod / "sandbox" / "cpuset.cpus").write_text(show(sandbox))
+        yield pod
+    finally:
+        for directory in (pod / "sandbox", pod):
+            directory.rmdir()
+
+
+def nsdelegate() -> bool:
+    return "nsdelegate" in next(line for line in read("/proc/self/mountinfo").splitlines()
+                                if line.split()[4] == str(CGROUP)).split(" - ", 1)[1]
+
+
+def _escape_once(node: Node, runtime: str, round_: str) -> list[str]:
+    """A pinned and an ordinary container, each attacked at start (unshare, clone) and by a process exec'd later."""
+    seen = []
+    kinds = {"pinned": (_pinned, cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])),
+             "ordinary": (node_wide, infra_record(node))}
+    for kind, (apply, want) in kinds.items():
+        name, pod = f"cmk-escape-{kind}-{runtime}-{round_}", f"cmk-pod-{kind}-{runtime}-{round_}-{os.getpid()}"
+        script = f"{ATTACKER} unshare; {ATTACKER} clone; echo ready; exec sleep 600"
+        config = _attacked(node, runtime, name, pod, apply(node, _bundle(node, runtime, name, script)))
+        with pod_cgroup(pod, want), running(node, runtime, name, config) as ran:
+            state = node.work / f"{runtime}-state"
+            joined = subprocess.run([runtime, "--root", str(state), "exec", name, ATTACKER, "unshare"],
+                                    capture_output=True, text=True, timeout=WAIT_SECONDS, check=False)
+            effective = cpus(read(CGROUP / pod / name / "cpuset.cpus.effective"))
+        attempts = [escape.parse(line) for line in ran.lines if line.startswith("escape: ")]
+        attempts.append(escape.parse(joined.stdout + joined.stderr))
+        for attempt, how in zip(attempts, ("at start by unshare", "at start by clone", "exec'd later, by unshare")):
+            reached = cpus(attempt.affinity)
+            expect(attempt.steps.get("mount") == "ok", f"{runtime} {kind} {how}: the attack did not get as far as "
+                                                       f"its mount, so it proves nothing: {attempt}")
+            expect(reached == want, f"{runtime} {kind} {how} reached CPUs {show(reached)}; it holds {show(want)}: "
+                                    f"{attempt.steps}")
+            seen.append(f"{kind} {how}: write={attempt.steps.get('write')} affinity={attempt.affinity}")
+        expect(effective == want, f"{runtime} {kind}: cpuset.cpus.effective {show(effective)} after the attacks; "
+                                  f"it holds {show(want)}")
+    return seen
+
+
+def remount_cgroup2(delegate: bool) -> None:
+    """Remount the unified hierarchy with ``nsdelegate`` or without it: mount(2) itself, since a remount's data
+    replaces the superblock's flags, while mount(8) may merge in the options it finds."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"none", str(CGROUP).encode(), b"cgroup2", MS_REMOUNT, b"nsdelegate" if delegate else b"") != 0:
+        raise OSError(ctypes.get_errno(), f"remount of {CGROUP} with nsdelegate={delegate}")
+    expect(nsdelegate() == delegate, f"remounting {CGROUP} with nsdelegate={delegate} did not take")
+
+
+def _escape(node: Node, runtime: str, figures: dict[str, Any]) -> str:
+    """The cgroup-namespace escape of issue 20 against runc/crun on cgroup v2, with and without ``nsdelegate``."""
+    booted = nsdelegate()
+    details = []
+    try:
+        for delegate in (booted, not booted):
+            remount_cgroup2(delegate)
+            seen = _escape_once(node, runtime, "on" if delegate else "off")
+            details.append(f"nsdelegate={'on' if delegate else 'off'}{' (as booted)' if delegate == booted else ''}: "
+                           + "; ".join(seen))
+    finally:
+        remount_cgroup2(booted)
+    figures.setdefault("escape", {})[runtime] = details
+    return " | ".join(details)
+
+
+def check_escape_runc(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    return _escape(node, "runc", figures)
+
+
+def check_escape_crun(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    return _escape(node, "crun", figures)
 
 
 #: More busy loops than the infra CPUs of the shapes without isolcpus: unconfined, the scheduler spreads them.
@@ -769,14 +876,17 @@ CHECKS: dict[str, Callable[..., str]] = {
     shapes.DESCRIBE: check_describe,
     shapes.NO_REBOOT: check_no_reboot,
     shapes.USAGE: check_usage,
+    shapes.ESCAPE_RUNC: check_escape_runc,
+    shapes.ESCAPE_CRUN: check_escape_crun,
 }
 #: Checks that need the daemon serving.
 NEEDS_DAEMON = {shapes.DEVICES, shapes.POOLS, shapes.HOTPLUG, shapes.STATIC_PINNER, shapes.PYTHON_PINNER,
-                shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG, shapes.USAGE, *shapes.NODE_WIDE}
+                shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG, shapes.USAGE, *shapes.NODE_WIDE,
+                shapes.ESCAPE_RUNC, shapes.ESCAPE_CRUN}
 #: The order that lets later checks use earlier answers (pinners and hooks use the pools' answers).
 ORDER = [shapes.KERNEL, shapes.POOLS, shapes.DEVICES, shapes.HOST_CONFIG, shapes.STATIC_PINNER,
-         shapes.PYTHON_PINNER, shapes.HOOK_RUNC, shapes.HOOK_CRUN, *shapes.NODE_WIDE, shapes.HOTPLUG, shapes.USAGE, shapes.DESCRIBE,
-         shapes.NO_REBOOT]
+         shapes.PYTHON_PINNER, shapes.HOOK_RUNC, shapes.HOOK_CRUN, *shapes.NODE_WIDE, shapes.ESCAPE_RUNC,
+         shapes.ESCAPE_CRUN, shapes.HOTPLUG, shapes.USAGE, shapes.DESCRIBE, shapes.NO_REBOOT]
 
 
 def progress(message: str) -> None:

@@ -30,6 +30,9 @@ NOISY_RUNC = "node_wide_hook_keeps_a_noisy_ordinary_runc_container_off_the_exclu
 NOISY_CRUN = "node_wide_hook_keeps_a_noisy_ordinary_crun_container_off_the_exclusive_cpus"
 #: The node-wide hook's checks, in the order they run.
 NODE_WIDE = (ORDINARY_RUNC, ORDINARY_CRUN, BOTH_HOOKS_RUNC, BOTH_HOOKS_CRUN, NOISY_RUNC, NOISY_CRUN)
+#: The cgroup-namespace escape of a root container, at start and exec'd later, with and without nsdelegate.
+ESCAPE_RUNC = "a_root_runc_container_cannot_widen_its_cpuset_on_cgroup_v2"
+ESCAPE_CRUN = "a_root_crun_container_cannot_widen_its_cpuset_on_cgroup_v2"
 HOST_CONFIG = "host_config_plans_the_served_pools"
 DESCRIBE = "describe_reports_the_pools_host_config_planned"
 NO_REBOOT = "host_config_says_no_reboot_is_needed"
@@ -67,7 +70,7 @@ NUMA_SMT_ISOLCPUS = Shape(
     cmdline="isolcpus=managed_irq,domain,2-7 nohz_full=2-7",
     pool_flags=POOL_FLAGS,
     checks=(KERNEL, DEVICES, POOLS, HOTPLUG, STATIC_PINNER, PYTHON_PINNER, HOOK_RUNC, HOOK_CRUN, ORDINARY_RUNC,
-            ORDINARY_CRUN, HOST_CONFIG, USAGE),
+            ORDINARY_CRUN, ESCAPE_RUNC, ESCAPE_CRUN, HOST_CONFIG, USAGE),
     isolated="2-7",
     numa_nodes=2,
     threads_per_core=2,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.node.shapes import Shape
+from tests.support import escape
 
 REPO = Path(__file__).resolve().parents[2]
 #: A hang is bounded by this; a boot plus every check takes about a minute on a busy 2-CPU machine.
@@ -102,6 +103,7 @@ def install_pinner(share: Path, shape: Shape) -> Path:
     if not (install_dir / "cmk").is_file():
         subprocess.run([sys.executable, "-m", "deviceplugin", "install", "--install-dir", str(install_dir)],
                        cwd=REPO, check=True, capture_output=True)
+        escape.build(install_dir / "escape")  # the escape checks' attacker, static: the guest runs it in busybox roots
     return install_dir
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from pinner import hook as cmk_hook
 from pinner.build import BuildError, build_sanitized
 from tests.pinner.conftest import BASE_ENV, ISOLATE_PY
 from tests.pinner.hookrun import cmk_hook_entry, process_in
@@ -237,6 +238,7 @@ HOOK = [
           config({"createRuntime": [cmk_hook_entry("0"), cmk_hook_entry("0-x")]}),
           config({"createRuntime": [{"args": ["cmk", "hook", 7]}]}),
           config({"createRuntime": [{"args": ["cmk", "hook"]}]}),
+          config({"createRuntime": [{"args": ["cmk", "hook", "--help"]}, cmk_hook_entry("0")]}),
           config(env=["CMK_CPUS_EXCLUSIVE=0-8191"], hooks={"prestart": [cmk_hook_entry("0")]}),
           b'{"hooks": ' * 200 + b"1" + b"}" * 200,
       ])),
@@ -275,6 +277,9 @@ HOOK = [
                     lambda tmp: (tmp / "cg").mkdir(), lambda tmp: (tmp / "cg" / "c").symlink_to(tmp / "real" / "cg" / "c"))),
     Case("hook cgroup", "dir-fifo", (OWN, PROC, CGROUP), stdin=state(),
          setup=both(VALID, proc_cgroup(b"0::/c\n"), at("cg/c", fifo))),
+    *(Case("hook cgroup", f"confined-{name}", (OWN, PROC, CGROUP), stdin=state(),
+           setup=both(VALID, proc_cgroup(b"0::/c\n"), v2_tree, at(f"cg/c/{cmk_hook.CONFINED_CGROUP}", make)))
+      for name, make in {"symlink": symlink("/"), "fifo": fifo, "file": content(b"0\n")}.items()),
     Case("hook cgroup", "parent-outside", (OWN, PROC, CGROUP), stdin=state(),
          setup=both(VALID, proc_cgroup(b"0::/c\n"), lambda tmp: v2_tree(tmp, b"8191\n"))),
     Case("hook cgroup", "relative-without-slash", (OWN, PROC, "--cgroup-root="), stdin=state(),  # cwd is {tmp}

@@ -6,11 +6,12 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from deviceplugin.model.confinement import exclusive_cpus
+from deviceplugin.model.confinement import Reason, exclusive_cpus
 from deviceplugin.model.plan import Pool
 from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
 from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
+from pinner import hook
 from pinner.cpulist import format_cpu_list
 from tests.protocol.test_cpu_metrics import parse
 from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
@@ -24,13 +25,17 @@ from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixtu
 from tests.protocol.test_metrics_lint import lint
 from tests.topologies import fixture_copy
 
-UP, COUNT = ("cmk_cgroup_scan_up", frozenset()), ("cmk_unconfined_containers", frozenset())
+UP = ("cmk_cgroup_scan_up", frozenset())
+COUNT, WIDENED = (("cmk_unconfined_containers", frozenset({("reason", reason)}))
+                  for reason in (Reason.STARTED_BEFORE_HOOK, Reason.WIDENED))
 
 
-def container(root: Path, name: str, cpus: object) -> None:
+def container(root: Path, name: str, cpus: object, *, hooked: bool = False) -> None:
     path = root / "kubepods" / name
     path.mkdir(parents=True)
     (path / "cpuset.effective_cpus").write_text(format_cpu_list(cpus) + "\n")  # type: ignore[arg-type]
+    if hooked:
+        (path / hook.CONFINED_CGROUP).mkdir()  # the hook ran for it
 
 
 def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_hold(kubelet: Kubelet,
@@ -44,7 +49,7 @@ def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_
                               confinement=UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan)))
     registry = Metrics(collector, daemon.tree).registry
     samples = parse(generate_latest(registry).decode())
-    assert samples[UP] == 0 and COUNT not in samples  # the dump has no cgroup tree: left out, not 0
+    assert samples[UP] == 0 and COUNT not in samples and WIDENED not in samples  # no cgroup tree: left out, not 0
 
     root = sysfs / "fs/cgroup/cpuset"
     root.mkdir(parents=True)
@@ -59,8 +64,12 @@ def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_
     text = generate_latest(registry).decode()
     lint(text)
     samples = parse(text)
-    assert (samples[UP], samples[COUNT]) == (1, 1)  # only the node-wide one
+    assert (samples[UP], samples[COUNT], samples[WIDENED]) == (1, 1, 0)  # only the node-wide one
+
+    container(root, "e" * 64, range(16), hooked=True)  # the hook confined it, then its cpuset was rewritten
+    samples = parse(generate_latest(registry).decode())
+    assert (samples[COUNT], samples[WIDENED]) == (1, 1)
 
     kubelet.stop()  # holdings unknown: fwd's core-and-infra cpuset cannot be told from an unconfined one
     samples = parse(generate_latest(registry).decode())
-    assert (samples[UP], samples[COUNT]) == (1, 2)
+    assert (samples[UP], samples[COUNT], samples[WIDENED]) == (1, 2, 1)

@@ -87,6 +87,17 @@ def test_kubelet_reserves_the_first_infra_core_and_policy_none():
     assert parse_cpu_list(two.kubelet["reservedSystemCPUs"]) == {0, 4, 8, 12}
 
 
+def test_the_second_walls_seccomp_default_and_an_optional_user_namespace_sysctl():
+    """RuntimeDefault for pods that name no profile; no user namespaces only as an option (it breaks some pods)."""
+    config = host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=2, num_shared_cores=1))
+    assert config.kubelet["seccompDefault"] is True
+    (sysctl,) = host_config_data(config)["sysctls"]
+    assert sysctl["path"].startswith("/etc/sysctl.d/") and "user.max_user_namespaces = 0\n" in sysctl["content"]
+    text = render_text(config)
+    assert "seccompDefault: true" in text
+    assert text.index("## Optional: no user namespaces") < text.index("user.max_user_namespaces = 0")
+
+
 @pytest.mark.parametrize(("cores", "message"), [(0, "must be 1 or more"), (6, "exceeds the 5 infra cores")])
 def test_impossible_reservation_is_an_error_naming_the_fix(cores, message):
     with pytest.raises(CmkError, match=message):
