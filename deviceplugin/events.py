@@ -104,7 +104,10 @@ class HealthChanged(Event):
 
 @dataclass(frozen=True)
 class Allocated(Event):
-    """The kubelet's Allocate request names no pod or container; :class:`AllocationResolved` adds them later."""
+    """The kubelet's Allocate request names no pod or container; :class:`AllocationResolved` adds them later.
+
+    ``devices`` names each device once, however often the request repeated it.
+    """
 
     name: ClassVar[str] = "allocated"
     pool: str
@@ -120,11 +123,14 @@ class Allocated(Event):
 
 @dataclass(frozen=True)
 class AllocateRefused(Event):
+    """``devices`` holds the first few of the ``requested`` IDs (``deviceplugin.model.shown``), not all of them."""
+
     name: ClassVar[str] = "allocate_refused"
     level: ClassVar[int] = logging.WARNING
     pool: str
     resource: str
     devices: tuple[str, ...]
+    requested: int
     error: str
     seconds: float
 
@@ -135,6 +141,8 @@ class AllocateRefused(Event):
 
 @dataclass(frozen=True)
 class PreferredAllocation(Event):
+    """``available`` and ``must_include`` are the pool's devices among those asked, each once: what the policy used."""
+
     name: ClassVar[str] = "preferred_allocation"
     level: ClassVar[int] = logging.DEBUG
     pool: str

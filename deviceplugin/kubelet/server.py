@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
 from pathlib import Path
 
@@ -45,6 +45,7 @@ from deviceplugin.model.answers import (
     allocate_answer,
 )
 from deviceplugin.model.devices import PoolDevices
+from deviceplugin.model.shown import shown_ids
 from deviceplugin.model.topology import Core
 from pinner.cpulist import format_cpu_list
 
@@ -257,8 +258,8 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                 self._events.emit(PreferredAllocationRefused(pool, devices.resource, str(err),
                                                              time.perf_counter() - start))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(f"{devices.resource}: {err}"))
-            self._events.emit(PreferredAllocation(pool, devices.resource, tuple(req.available_deviceIDs),
-                                                  tuple(req.must_include_deviceIDs), req.allocation_size,
+            self._events.emit(PreferredAllocation(pool, devices.resource, _known(devices, req.available_deviceIDs),
+                                                  _known(devices, req.must_include_deviceIDs), req.allocation_size,
                                                   tuple(chosen), time.perf_counter() - start))
             responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return pb.PreferredAllocationResponse(container_responses=responses)
@@ -274,17 +275,23 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                 answer = allocate_answer(devices, ids, install_dir=self._install_dir,
                                          cdi=self._cdi)
             except DeviceRequestError as err:
-                self._events.emit(AllocateRefused(pool, devices.resource, tuple(ids), str(err),
+                self._events.emit(AllocateRefused(pool, devices.resource, shown_ids(ids), len(ids), str(err),
                                                   time.perf_counter() - start))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(err))
             cpus = format_cpu_list(devices.cpus_of(ids))
-            self._events.emit(Allocated(pool, devices.resource, tuple(ids), cpus, time.perf_counter() - start))
+            self._events.emit(Allocated(pool, devices.resource, _known(devices, ids), cpus,
+                                        time.perf_counter() - start))
             responses.append(answer_message(answer))
         return pb.AllocateResponse(container_responses=responses)
 
     def PreStartContainer(self, request: pb.PreStartContainerRequest,
                           context: grpc.ServicerContext) -> pb.PreStartContainerResponse:
         return pb.PreStartContainerResponse()  # not advertised; harmless if called anyway
+
+
+def _known(devices: PoolDevices, ids: Iterable[str]) -> tuple[str, ...]:
+    """The pool's devices among ``ids``, each once in first-seen order: bounded by the pool, not the request."""
+    return tuple(i for i in dict.fromkeys(ids) if i in devices.devices)
 
 
 class _Health(health_pb2_grpc.HealthServicer):
