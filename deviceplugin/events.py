@@ -257,6 +257,26 @@ class StreamLost(Event):
 
 
 @dataclass(frozen=True)
+class StreamReplaced(Event):
+    """A newer ListAndWatch stream ended an older one: a server serves only its newest stream.
+
+    Seen once across a re-registration; seen again and again, something other
+    than the kubelet opens streams, and the pool is not the kubelet's while one lasts.
+    """
+
+    name: ClassVar[str] = "stream_replaced"
+    level: ClassVar[int] = logging.WARNING
+    resource: str
+    stream: int
+    newer: int
+
+    @property
+    def message(self) -> str:
+        return (f"ListAndWatch stream {self.stream} of {self.resource} ended: stream {self.newer} replaced it "
+                "(the kubelet holds one per plugin)")
+
+
+@dataclass(frozen=True)
 class PluginDirReplaced(Event):
     name: ClassVar[str] = "plugin_dir_replaced"
     directory: str

@@ -4,15 +4,12 @@ What to advertise, what to prefer and what to answer live in
 :mod:`deviceplugin.model.devices`, :mod:`deviceplugin.model.policy` and
 :mod:`deviceplugin.model.answers`; this module only converts and streams.
 
-The server has several workers: while the daemon's own Register call is
-pending, the kubelet dials back and calls GetDevicePluginOptions, and each
-open ListAndWatch stream holds a worker for as long as it lasts.
+It serves one ListAndWatch stream, the newest: a new stream ends the older
+one, so streams hold one worker however many are opened and Allocate always
+finds one free. It calls ``on_stream_lost`` when the newest stream ends and
+the server did not end it, since the kubelet never dials a plugin back.
 
-The kubelet never dials a plugin back on its own: when it ends a stream
-(its connection broke, or a re-registration failed) the plugin must register
-again. The server counts its live streams (a pool is registered only while
-the kubelet holds one) and calls ``on_stream_lost`` when a stream ends that
-the server itself did not end.
+Why it works this way: ``docs/plugin-server.md``.
 """
 
 from __future__ import annotations
@@ -38,6 +35,7 @@ from deviceplugin.events import (
     Events,
     PreferredAllocation,
     PreferredAllocationRefused,
+    StreamReplaced,
 )
 from deviceplugin.model.answers import (
     ContainerAnswer,
@@ -54,7 +52,7 @@ log = logging.getLogger(__name__)
 #: preferred_allocation(cores, available, must_include, size) -> IDs; raises ValueError on bad input.
 Preference = Callable[[Mapping[str, Core], Sequence[str], Sequence[str], int], list[str]]
 
-#: The dial-back, one ListAndWatch stream (two across a reconnect) and concurrent admissions.
+#: The dial-back, one ListAndWatch stream (and, for a moment, the one it replaces) and concurrent admissions.
 WORKERS = 8
 #: Health service name that is NOT_SERVING while the daemon runs on its last good plan (config refused).
 CONFIG_SERVICE = "cmk.intel.com/config"
@@ -219,25 +217,32 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         context.add_callback(wake)  # a cancelled stream must not hold its worker until the next update
         sent = -1
 
+        def replaced() -> bool:
+            return self._opened != number
+
         def ready() -> bool:
-            return self._stopped or self._version != sent or not context.is_active()
+            return self._stopped or replaced() or self._version != sent or not context.is_active()
 
         with self._changed:
             self._streams += 1
             self._opened += 1
             number = self._opened
+            self._changed.notify_all()  # the older stream ends: one worker for streams, whatever opens them
         try:
             while True:
                 with self._changed:
                     self._changed.wait_for(ready)
-                    if self._stopped or not context.is_active():
+                    if self._stopped or replaced() or not context.is_active():
                         return
                     sent, devices = self._version, self._devices
                 yield list_message(devices)
         finally:  # also when grpc closes the generator because the kubelet went away mid-yield
             with self._changed:
                 self._streams -= 1
-                lost = not self._stopped
+                newer = self._opened if replaced() else None
+                lost = not self._stopped and newer is None
+            if newer is not None:
+                self._events.emit(StreamReplaced(self.resource, number, newer))
             if lost and self._on_stream_lost is not None:
                 self._on_stream_lost(self, number)
 
