@@ -226,7 +226,7 @@ class Daemon:
     # --- CDI ------------------------------------------------------------------------------
 
     def _write_cdi_spec(self) -> None:
-        """A device per core of the node and per slot pool, and every device the spec on disk had.
+        """A device per core of the node and per slot pool, and every device the spec on disk had (its CPUs only).
 
         Served or not: a checkpointed answer may name a core or pool this plan
         moved or dropped. The plan fixes them, so hotplug never rewrites it; it

@@ -8,7 +8,6 @@ missed its deadline. A real daemon, the kubelet stand-in, and real gRPC over the
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -43,16 +42,13 @@ class Stream:
 
     def _read(self) -> None:
         try:
-            for _ in self._messages():
+            for _ in self.call:
                 self.first.set()
             self.code = grpc.StatusCode.OK
         except grpc.RpcError as err:
             self.code = err.code()
         finally:
             self.ended.set()
-
-    def _messages(self) -> Iterator[pb.ListAndWatchResponse]:
-        yield from self.call
 
     def close(self) -> None:
         self.call.cancel()
