@@ -117,13 +117,14 @@ def main() -> int:
         print(f"synthetic machine: {cpus} CPUs, {SOCKETS * NODES_PER_SOCKET} NUMA nodes; served: "
               + ", ".join(f"{r.rpartition('/')[2]} {kubelet.capacity()[r]}" for r in sorted(served)))
 
-        # ListAndWatch: one full snapshot per pool, as the kubelet receives it.
+        # ListAndWatch: one full snapshot per pool, as the kubelet received it, encoded again (a
+        # stream of our own would replace the kubelet's: a server serves only its newest stream).
         for resource in sorted(served):
-            stub = pb_grpc.DevicePluginStub(grpc.insecure_channel(
-                f"unix:{plugin_dir / ('cmk-' + resource.rpartition('/')[2] + '.sock')}"))
-            stream = stub.ListAndWatch(pb.Empty())
-            size = next(stream).ByteSize()
-            stream.cancel()
+            size = pb.ListAndWatchResponse(devices=[
+                pb.Device(ID=d.id, health=d.health,
+                          topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in d.numa_nodes])
+                          if d.numa_nodes else None)
+                for d in kubelet.devices(resource).values()]).ByteSize()
             rows.append((f"ListAndWatch message, {resource.rpartition('/')[2]}", f"{size / 1024:.1f} KiB",
                          "< 1 MiB", (1 << 20) / size))
 

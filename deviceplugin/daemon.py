@@ -42,6 +42,7 @@ from deviceplugin.kubelet.server import (
     options_message,
     socket_path_problem,
 )
+from deviceplugin.model.cdispec import kept_cpus
 from deviceplugin.model.devices import (
     DeviceTree,
     core_device_ids,
@@ -225,7 +226,7 @@ class Daemon:
     # --- CDI ------------------------------------------------------------------------------
 
     def _write_cdi_spec(self) -> None:
-        """A device per core of the node and per slot pool, and every device the spec on disk had.
+        """A device per core of the node and per slot pool, and every device the spec on disk had (its CPUs only).
 
         Served or not: a checkpointed answer may name a core or pool this plan
         moved or dropped. The plan fixes them, so hotplug never rewrites it; it
@@ -235,8 +236,9 @@ class Daemon:
             return
         cores = {name: core.cpus for core, name in core_device_ids(self.plan.all_cores).items()}
         exclusive = cdi.exclusive_devices(self.tree) if self.settings.unthrottle_exclusive else frozenset()
-        spec = cdi.build_spec(cdi.spec_devices(self.tree, cores), cdi.hook_path(self.settings.install_dir), exclusive)
-        spec = cdi.kept_devices(cdi.read_spec(self.settings.cdi_dir), spec)
+        devices = cdi.spec_devices(self.tree, cores)
+        devices |= kept_cpus(cdi.read_spec(self.settings.cdi_dir), cdi.KIND, devices)  # rebuilt with our hook
+        spec = cdi.build_spec(devices, cdi.hook_path(self.settings.install_dir), exclusive)
         path = cdi.write_spec(spec, self.settings.cdi_dir)
         log.info("CDI spec %s: %d devices (%s), hook %s (kept when the daemon stops)", path, len(spec["devices"]),
                  ", ".join(d["name"] for d in spec["devices"]), cdi.hook_path(self.settings.install_dir))

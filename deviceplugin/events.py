@@ -104,7 +104,10 @@ class HealthChanged(Event):
 
 @dataclass(frozen=True)
 class Allocated(Event):
-    """The kubelet's Allocate request names no pod or container; :class:`AllocationResolved` adds them later."""
+    """The kubelet's Allocate request names no pod or container; :class:`AllocationResolved` adds them later.
+
+    ``devices`` names each device once, however often the request repeated it.
+    """
 
     name: ClassVar[str] = "allocated"
     pool: str
@@ -120,11 +123,14 @@ class Allocated(Event):
 
 @dataclass(frozen=True)
 class AllocateRefused(Event):
+    """``devices`` holds the first few of the ``requested`` IDs (``deviceplugin.model.shown``), not all of them."""
+
     name: ClassVar[str] = "allocate_refused"
     level: ClassVar[int] = logging.WARNING
     pool: str
     resource: str
     devices: tuple[str, ...]
+    requested: int
     error: str
     seconds: float
 
@@ -135,6 +141,8 @@ class AllocateRefused(Event):
 
 @dataclass(frozen=True)
 class PreferredAllocation(Event):
+    """``available`` and ``must_include`` are the pool's devices among those asked, each once: what the policy used."""
+
     name: ClassVar[str] = "preferred_allocation"
     level: ClassVar[int] = logging.DEBUG
     pool: str
@@ -246,6 +254,26 @@ class StreamLost(Event):
     def message(self) -> str:
         return (f"the kubelet ended the ListAndWatch stream of {self.resource} "
                 "and will not dial back: registering it again")
+
+
+@dataclass(frozen=True)
+class StreamReplaced(Event):
+    """A newer ListAndWatch stream ended an older one: a server serves only its newest stream.
+
+    Seen once across a re-registration; seen again and again, something other
+    than the kubelet opens streams, and the pool is not the kubelet's while one lasts.
+    """
+
+    name: ClassVar[str] = "stream_replaced"
+    level: ClassVar[int] = logging.WARNING
+    resource: str
+    stream: int
+    newer: int
+
+    @property
+    def message(self) -> str:
+        return (f"ListAndWatch stream {self.stream} of {self.resource} ended: stream {self.newer} replaced it "
+                "(the kubelet holds one per plugin)")
 
 
 @dataclass(frozen=True)

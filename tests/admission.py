@@ -366,12 +366,16 @@ def _validate_resources(name: str, requests: Mapping[str, str], limits: Mapping[
 
 @dataclass(frozen=True)
 class Request:
-    """An admission request for a pod: CREATE, or UPDATE of a subresource such as ephemeralcontainers."""
+    """An admission request for a pod: CREATE, or UPDATE of the pod or a subresource such as ephemeralcontainers.
+
+    ``old`` is the pod before an UPDATE (``oldObject``); without it the update changed nothing in the spec.
+    """
 
     pod: Mapping[str, Any]
     operation: str = "CREATE"
     subresource: str = ""
     namespace: str = "default"
+    old: Mapping[str, Any] | None = None
 
     @property
     def resource(self) -> str:
@@ -449,7 +453,8 @@ def denials(objects: Sequence[Mapping[str, Any]], request: Request) -> list[str]
     bindings = sorted((o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"),
                       key=lambda o: o["metadata"]["name"])
     pod = api_pod(request.pod, operation=request.operation)
-    base = {"object": pod, "oldObject": None, "namespaceObject": {"metadata": {"name": request.namespace}},
+    old = api_pod(request.old or request.pod, operation="UPDATE") if request.operation == "UPDATE" else None
+    base = {"object": pod, "oldObject": old, "namespaceObject": {"metadata": {"name": request.namespace}},
             "request": {"operation": request.operation, "namespace": request.namespace,
                         "name": pod["metadata"].get("name", ""), "subResource": request.subresource}}
     found = []

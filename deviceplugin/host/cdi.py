@@ -53,31 +53,6 @@ def spec_devices(tree: DeviceTree, cores: Mapping[str, frozenset[int]] = Mapping
     return devices
 
 
-def kept_devices(previous: Mapping[str, Any] | None, spec: Mapping[str, Any]) -> dict[str, Any]:
-    """``spec`` plus every device of the ``previous`` spec (ours, on disk) that ``spec`` does not name.
-
-    A checkpointed answer may name a device this plan no longer defines; the
-    runtime refuses a container start whose CDI name does not resolve. Only
-    devices whose own hook carries ``--cpus`` are kept: a device of an older
-    release (its CPUs only in the untrusted env) must stay unresolvable, not
-    start its container unconfined.
-    """
-    named = {device["name"] for device in spec["devices"]}
-    old = previous.get("devices", []) if isinstance(previous, Mapping) and previous.get("kind") == KIND else []
-    kept = [device for device in old if device.get("name") not in named and _confines(device)]
-    return {**spec, "devices": [*spec["devices"], *kept]}
-
-
-def _confines(device: object) -> bool:
-    """The device adds a ``cmk hook --cpus=LIST`` hook of its own."""
-    edits = device.get("containerEdits") if isinstance(device, Mapping) else None
-    hooks = edits.get("hooks") if isinstance(edits, Mapping) else None
-    return isinstance(hooks, list) and any(
-        isinstance(h, Mapping) and isinstance(h.get("args"), list)
-        and any(isinstance(a, str) and a.startswith(f"{hook.CPUS_OPTION}=") for a in h["args"])
-        for h in hooks)
-
-
 #: A spec of 8,192 cores is about 2 MiB; anything far larger was not written by a daemon.
 MAX_SPEC_BYTES = 16 * 1024 * 1024
 

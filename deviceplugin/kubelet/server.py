@@ -4,15 +4,12 @@ What to advertise, what to prefer and what to answer live in
 :mod:`deviceplugin.model.devices`, :mod:`deviceplugin.model.policy` and
 :mod:`deviceplugin.model.answers`; this module only converts and streams.
 
-The server has several workers: while the daemon's own Register call is
-pending, the kubelet dials back and calls GetDevicePluginOptions, and each
-open ListAndWatch stream holds a worker for as long as it lasts.
+It serves one ListAndWatch stream, the newest: a new stream ends the older
+one, so streams hold one worker however many are opened and Allocate always
+finds one free. It calls ``on_stream_lost`` when the newest stream ends and
+the server did not end it, since the kubelet never dials a plugin back.
 
-The kubelet never dials a plugin back on its own: when it ends a stream
-(its connection broke, or a re-registration failed) the plugin must register
-again. The server counts its live streams (a pool is registered only while
-the kubelet holds one) and calls ``on_stream_lost`` when a stream ends that
-the server itself did not end.
+Why it works this way: ``docs/plugin-server.md``.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent import futures
 from pathlib import Path
 
@@ -38,6 +35,7 @@ from deviceplugin.events import (
     Events,
     PreferredAllocation,
     PreferredAllocationRefused,
+    StreamReplaced,
 )
 from deviceplugin.model.answers import (
     ContainerAnswer,
@@ -45,6 +43,7 @@ from deviceplugin.model.answers import (
     allocate_answer,
 )
 from deviceplugin.model.devices import PoolDevices
+from deviceplugin.model.shown import shown_ids
 from deviceplugin.model.topology import Core
 from pinner.cpulist import format_cpu_list
 
@@ -53,7 +52,7 @@ log = logging.getLogger(__name__)
 #: preferred_allocation(cores, available, must_include, size) -> IDs; raises ValueError on bad input.
 Preference = Callable[[Mapping[str, Core], Sequence[str], Sequence[str], int], list[str]]
 
-#: The dial-back, one ListAndWatch stream (two across a reconnect) and concurrent admissions.
+#: The dial-back, one ListAndWatch stream (and, for a moment, the one it replaces) and concurrent admissions.
 WORKERS = 8
 #: Health service name that is NOT_SERVING while the daemon runs on its last good plan (config refused).
 CONFIG_SERVICE = "cmk.intel.com/config"
@@ -218,25 +217,32 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         context.add_callback(wake)  # a cancelled stream must not hold its worker until the next update
         sent = -1
 
+        def replaced() -> bool:
+            return self._opened != number
+
         def ready() -> bool:
-            return self._stopped or self._version != sent or not context.is_active()
+            return self._stopped or replaced() or self._version != sent or not context.is_active()
 
         with self._changed:
             self._streams += 1
             self._opened += 1
             number = self._opened
+            self._changed.notify_all()  # the older stream ends: one worker for streams, whatever opens them
         try:
             while True:
                 with self._changed:
                     self._changed.wait_for(ready)
-                    if self._stopped or not context.is_active():
+                    if self._stopped or replaced() or not context.is_active():
                         return
                     sent, devices = self._version, self._devices
                 yield list_message(devices)
         finally:  # also when grpc closes the generator because the kubelet went away mid-yield
             with self._changed:
                 self._streams -= 1
-                lost = not self._stopped
+                newer = self._opened if replaced() else None
+                lost = not self._stopped and newer is None
+            if newer is not None:
+                self._events.emit(StreamReplaced(self.resource, number, newer))
             if lost and self._on_stream_lost is not None:
                 self._on_stream_lost(self, number)
 
@@ -257,8 +263,8 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                 self._events.emit(PreferredAllocationRefused(pool, devices.resource, str(err),
                                                              time.perf_counter() - start))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(f"{devices.resource}: {err}"))
-            self._events.emit(PreferredAllocation(pool, devices.resource, tuple(req.available_deviceIDs),
-                                                  tuple(req.must_include_deviceIDs), req.allocation_size,
+            self._events.emit(PreferredAllocation(pool, devices.resource, _known(devices, req.available_deviceIDs),
+                                                  _known(devices, req.must_include_deviceIDs), req.allocation_size,
                                                   tuple(chosen), time.perf_counter() - start))
             responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return pb.PreferredAllocationResponse(container_responses=responses)
@@ -274,17 +280,23 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                 answer = allocate_answer(devices, ids, install_dir=self._install_dir,
                                          cdi=self._cdi)
             except DeviceRequestError as err:
-                self._events.emit(AllocateRefused(pool, devices.resource, tuple(ids), str(err),
+                self._events.emit(AllocateRefused(pool, devices.resource, shown_ids(ids), len(ids), str(err),
                                                   time.perf_counter() - start))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(err))
             cpus = format_cpu_list(devices.cpus_of(ids))
-            self._events.emit(Allocated(pool, devices.resource, tuple(ids), cpus, time.perf_counter() - start))
+            self._events.emit(Allocated(pool, devices.resource, _known(devices, ids), cpus,
+                                        time.perf_counter() - start))
             responses.append(answer_message(answer))
         return pb.AllocateResponse(container_responses=responses)
 
     def PreStartContainer(self, request: pb.PreStartContainerRequest,
                           context: grpc.ServicerContext) -> pb.PreStartContainerResponse:
         return pb.PreStartContainerResponse()  # not advertised; harmless if called anyway
+
+
+def _known(devices: PoolDevices, ids: Iterable[str]) -> tuple[str, ...]:
+    """The pool's devices among ``ids``, each once in first-seen order: bounded by the pool, not the request."""
+    return tuple(i for i in dict.fromkeys(ids) if i in devices.devices)
 
 
 class _Health(health_pb2_grpc.HealthServicer):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from deviceplugin.model.devices import PoolDevices
 from deviceplugin.model.plan import CORE_POOLS, Pool
+from deviceplugin.model.shown import named_ids
 from pinner.contract import POOLS as PINNER_POOLS
 from pinner.cpulist import format_cpu_csv
 
@@ -65,21 +66,17 @@ class ContainerAnswer:
     cdi_devices: tuple[str, ...] = ()
 
 
-def _names(ids: Sequence[str]) -> str:
-    return ", ".join(sorted(set(ids)))
-
-
 def check_request(devices: PoolDevices, ids: Sequence[str]) -> None:
     """Raise DeviceRequestError naming unknown or unhealthy IDs (or an empty request)."""
     if not ids:
         raise DeviceRequestError(f"{devices.resource}: no device IDs in the request")
     unknown = [i for i in ids if i not in devices.devices]
     if unknown:
-        raise DeviceRequestError(f"{devices.resource}: unknown device IDs: {_names(unknown)}")
+        raise DeviceRequestError(f"{devices.resource}: unknown device IDs: {named_ids(unknown)}")
     unhealthy = [i for i in ids if not devices.devices[i].healthy]
     if unhealthy:
         raise DeviceRequestError(
-            f"{devices.resource}: unhealthy device IDs (a CPU is offline): {_names(unhealthy)}"
+            f"{devices.resource}: unhealthy device IDs (a CPU is offline): {named_ids(unhealthy)}"
         )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
+from deviceplugin.model.shown import named_ids
 from deviceplugin.model.topology import Core
 
 #: Free devices per group key (NUMA node id, L3 group's first CPU).
@@ -174,12 +175,12 @@ def preferred_allocation(cores: Mapping[str, Core], available: Sequence[str], mu
     if size < 0:
         raise ValueError(f"allocation size {size} is negative; ask for 0 or more devices")
     required = frozenset(must_include)
-    unknown = sorted(required - cores.keys())
+    unknown = required - cores.keys()
     if unknown:
-        raise ValueError(f"must_include devices {', '.join(unknown)} are not devices of this pool")
-    missing = sorted(required - set(available))
+        raise ValueError(f"must_include devices {named_ids(unknown)} are not devices of this pool")
+    missing = required - set(available)
     if missing:
-        raise ValueError(f"must_include devices {', '.join(missing)} are not in available_deviceIDs; "
+        raise ValueError(f"must_include devices {named_ids(missing)} are not in available_deviceIDs; "
                          "the kubelet lists reused devices as available too")
     if len(required) > size:
         raise ValueError(f"{len(required)} must_include devices exceed allocation size {size}; "

@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import grpc
 import pytest
@@ -328,9 +329,12 @@ def test_a_shared_cpu_offline_makes_every_shared_slot_unhealthy(kubelet, start_d
 
 # --- the process: SIGTERM, bad input, no kubelet ----------------------------------------------
 
-def daemon_process(plugin_dir: Path, sysfs: Path, procfs: Path, *flags: str) -> subprocess.Popen[str]:
+def daemon_process(plugin_dir: Path, sysfs: Path, procfs: Path, *flags: str,
+                   stderr: IO[str] | int = subprocess.PIPE) -> subprocess.Popen[str]:
     """The CLI daemon; its CDI spec goes to ``<plugin_dir>/cdi`` and its NFD file to ``<plugin_dir>/features.d``
-    unless the flags say otherwise (never /var/run/cdi, the host's features.d or its infra record)."""
+    unless the flags say otherwise (never /var/run/cdi, the host's features.d or its infra record).
+
+    ``stderr``: a file for a test that lets the daemon log more than a pipe holds while nobody reads it."""
     if "--cdi-dir" not in flags and "--no-cdi" not in flags:
         flags = (*flags, "--cdi-dir", str(plugin_dir / "cdi"))
     if "--install-dir" not in flags:
@@ -339,7 +343,7 @@ def daemon_process(plugin_dir: Path, sysfs: Path, procfs: Path, *flags: str) -> 
         [sys.executable, "-m", "deviceplugin", "device-plugin", "--kubelet-dir", str(plugin_dir),
          "--sysfs-root", str(sysfs), "--procfs-root", str(procfs),
          "--nfd-features-dir", str(plugin_dir / "features.d"), *flags],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
 

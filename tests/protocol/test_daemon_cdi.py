@@ -128,3 +128,38 @@ def test_an_unwritable_cdi_dir_is_one_line_and_serves_nothing(kubelet, plugin_di
     )
     assert our_sockets(plugin_dir) == [] and kubelet.registrations() == []
 
+
+
+def test_a_device_kept_from_a_forged_earlier_spec_gets_only_our_hook_and_its_cpus(kubelet, plugin_dir, tmp_path):
+    """A kept device is rebuilt from its CPUs: a hook path elsewhere, extra arguments or edits never survive."""
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    cdi_dir = tmp_path / "cdi"
+    cdi_dir.mkdir()
+    forged = {"cdiVersion": "0.5.0", "kind": cdi.KIND, "devices": [
+        {"name": "dropped-pool", "containerEdits": {
+            "env": [cdi.CONFINED_ENV, "LD_PRELOAD=/tmp/x.so"],
+            "mounts": [{"hostPath": "/", "containerPath": "/host"}],
+            "deviceNodes": [{"path": "/dev/mem"}],
+            "hooks": [{"hookName": "createRuntime", "path": "/tmp/elsewhere/cmk",
+                       "args": [*hook.command_line("3,11"), "--node-wide=/etc/shadow", "--exclusive"], "timeout": 99},
+                      {"hookName": "prestart", "path": "/bin/sh", "args": ["sh", "-c", "true"]}]}},
+        {"name": "no-cpus-hook", "containerEdits": {"hooks": [{"hookName": "createRuntime", "path": "/bin/sh",
+                                                               "args": ["sh", "-c", "--cpus=0-63"]}]}},
+        {"name": "bad-list", "containerEdits": {"hooks": [{"hookName": "createRuntime", "path": "/opt/cmk",
+                                                           "args": [*hook.ARGS, "--cpus=0-99999999"]}]}},
+    ]}
+    (cdi_dir / SPEC_NAME).write_text(json.dumps(forged))
+    daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
+                                   install_dir=INSTALL_DIR, plan=PlanOptions(), cdi_dir=cdi_dir))
+    daemon.start()
+    try:
+        spec = json.loads((cdi_dir / SPEC_NAME).read_text())
+    finally:
+        daemon.stop()
+    devices = {d["name"]: d for d in spec["devices"]}
+    assert devices["dropped-pool"] == {"name": "dropped-pool", "containerEdits": {
+        "env": [cdi.CONFINED_ENV],
+        "hooks": [{"hookName": "createRuntime", "path": f"{INSTALL_DIR}/cmk", "args": hook.command_line("3,11"),
+                   "timeout": 10}]}}
+    # not `cmk hook --cpus=LIST`: nothing to rebuild it from, so its name stays unresolvable
+    assert "no-cpus-hook" not in devices and "bad-list" not in devices

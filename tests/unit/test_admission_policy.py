@@ -10,6 +10,7 @@ would (a copy of the base's with other data).
 from __future__ import annotations
 
 import copy
+import os
 import re
 import subprocess
 from functools import cache
@@ -45,6 +46,23 @@ CPU_POLICY = "ValidatingAdmissionPolicy 'cmk-exclusive-cpu' with binding 'cmk-ex
 POD_POLICY = "ValidatingAdmissionPolicy 'cmk-pool-containers' with binding 'cmk-pool-containers' denied request: "
 NO_GROUP = "; the pod names no node group (nodeSelector cmk.intel.com/cpu-pools), so it must fit every group"
 ENV_FIX = " itself: remove it from env and envFrom; the device plugin sets CMK_CPUS_* and CMK_CDI_* for the CPUs the container holds"
+RUNTIME_DEFAULT = {"seccompProfile": {"type": "RuntimeDefault"}}
+POOL = " requests a cmk.intel.com/* resource and "
+SHORT_PREFIX_FIX = (" through envFrom, and CMK_CPUS_* and CMK_CDI_* names begin with {prefix}: use a prefix that none of"
+                    " them begins with, such as APP_")
+NO_PREFIX_FIX = (POOL + "imports variables through envFrom without a prefix, so a key could be a CMK_CPUS_* or CMK_CDI_*"
+                 " name: give each envFrom of it a prefix, such as APP_")
+CAP_FIX = (": remove it from securityContext.capabilities.add; with it the container can remount its cgroup and leave its"
+           " CPUs")
+UNCONFINED_FIX = (POOL + "runs with seccomp Unconfined: set securityContext.seccompProfile.type to RuntimeDefault;"
+                  " unfiltered, a root container can make the namespaces to remount its cgroup and leave its CPUs")
+NO_SECCOMP_FIX = (POOL + "names no seccomp profile, which Kubernetes runs Unconfined unless the kubelet sets"
+                  " seccompDefault: set securityContext.seccompProfile.type to RuntimeDefault in the pod or the container")
+APPARMOR_FIX = (POOL + "runs with AppArmor Unconfined: remove that appArmorProfile (or the"
+                " container.apparmor.security.beta.kubernetes.io annotation) so the runtime default profile forbids"
+                " mounting its cgroup")
+RUNTIME_CLASS_FIX = (", which cmk-pool-containers does not list: remove it, or add it to the policy variable runtimeClasses"
+                     " once its handler runs the CDI and node-wide cmk hooks on every pool node")
 PRIVILEGED_FIX = (" requests a cmk.intel.com/* resource and is privileged: remove privileged: true from its securityContext;"
                   " its CPUs arrive through the device plugin and the pinner needs no privilege, while a privileged"
                   " container can leave them")
@@ -77,7 +95,9 @@ def with_nosmt() -> list[dict[str, Any]]:
 
 
 def container(name: str = "app", *, limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None,
-              env: list[str] = (), env_from: list[str] = (), privileged: bool | None = None) -> dict[str, Any]:
+              env: list[str] = (), env_from: list[str | None] = (), privileged: bool | None = None,
+              security: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A container; an ``env_from`` entry of None has no prefix field at all; ``security`` is its securityContext."""
     result: dict[str, Any] = {"name": name, "image": "busybox:1.36"}
     if limits is not None or requests is not None:
         result["resources"] = {key: value for key, value in (("limits", limits), ("requests", requests))
@@ -85,19 +105,30 @@ def container(name: str = "app", *, limits: dict[str, Any] | None = None, reques
     if env:
         result["env"] = [{"name": item, "value": "0"} for item in env]
     if env_from:
-        result["envFrom"] = [{"prefix": prefix, "configMapRef": {"name": "app-config"}} for prefix in env_from]
-    if privileged is not None:
-        result["securityContext"] = {"privileged": privileged}
+        result["envFrom"] = [{"configMapRef": {"name": "app-config"}, **({} if prefix is None else {"prefix": prefix})}
+                             for prefix in env_from]
+    if privileged is not None or security is not None:
+        result["securityContext"] = {**({} if privileged is None else {"privileged": privileged}), **(security or {})}
     return result
 
 
-def pod(*containers: dict[str, Any], init: list[dict[str, Any]] = (), group: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": list(containers)}
+def pod(*containers: dict[str, Any], init: list[dict[str, Any]] = (), group: str | None = None,
+        security: dict[str, Any] | None = None, **spec_fields: Any) -> dict[str, Any]:
+    """A pod whose securityContext is ``security`` (default: seccomp RuntimeDefault, which pool pods need)."""
+    spec: dict[str, Any] = {"containers": list(containers), **spec_fields,
+                            "securityContext": RUNTIME_DEFAULT if security is None else security}
+    if not spec["securityContext"]:
+        del spec["securityContext"]
     if init:
         spec["initContainers"] = list(init)
     if group is not None:
         spec["nodeSelector"] = {"cmk.intel.com/cpu-pools": group}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "workload", "namespace": "default"}, "spec": spec}
+
+
+def annotated(manifest: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    manifest["metadata"]["annotations"] = annotations
+    return manifest
 
 
 def cores(n: int, cpu: Any, **extra: Any) -> dict[str, Any]:
@@ -144,7 +175,28 @@ ACCEPTED = [
     ("no resources at all", pod(container()), deployed),
     ("env that only looks alike", pod(container(env=["CMK_CPUS", "MY_CMK_CPUS_EXCLUSIVE", "CMK_SYSFS_ROOT",
                                                      "cmk_cpus_exclusive", "CMK_CDIX"])), deployed),
-    ("envFrom with another prefix, or none", pod(container(env_from=["APP_", ""])), deployed),
+    ("envFrom with another prefix, or none, holding no pool", pod(container(env_from=["APP_", "", None])), deployed),
+    ("envFrom with prefixes that begin no reserved name, holding a pool",
+     pod(container(**cores(1, "2"), env_from=["APP_", "CMK_X", "CMK_CPX", "CMK_CPUSX", "CMK_CDIX"])), deployed),
+    ("seccomp RuntimeDefault in the container only", pod(container(**cores(1, "2"), security=RUNTIME_DEFAULT),
+                                                         security={}), deployed),
+    ("seccomp Localhost (an admin's profile)",
+     pod(container(**cores(1, "2")), security={"seccompProfile": {"type": "Localhost", "localhostProfile": "cmk.json"}}),
+     deployed),
+    ("a container overrides the pod's Unconfined seccomp",
+     pod(container(**cores(1, "2"), security=RUNTIME_DEFAULT), security={"seccompProfile": {"type": "Unconfined"}}),
+     deployed),
+    ("no seccomp profile, holding no pool", pod(container(limits={"cpu": "1"}), security={}), deployed),
+    ("Unconfined seccomp and AppArmor, SYS_ADMIN, holding no pool, beside a pinned one",
+     pod(container(**cores(1, "2")), container("tool", security={
+         "seccompProfile": {"type": "Unconfined"}, "appArmorProfile": {"type": "Unconfined"},
+         "capabilities": {"add": ["SYS_ADMIN"]}})), deployed),
+    ("harmless capabilities added, others dropped",
+     pod(container(**cores(1, "2"), security={"capabilities": {"add": ["NET_BIND_SERVICE", "SYS_NICE"],
+                                                               "drop": ["ALL", "SYS_ADMIN"]}})), deployed),
+    ("AppArmor RuntimeDefault", pod(container(**cores(1, "2"), security={"appArmorProfile": {"type": "RuntimeDefault"}})),
+     deployed),
+    ("a runtimeClassName, holding no pool", pod(container(), runtimeClassName="gvisor"), deployed),
     ("privileged container without cmk resources beside a pinned one",
      pod(container(**cores(1, "2")), container("tool", privileged=True)), deployed),
     ("unprivileged pinned container", pod(container(**cores(1, "2"), privileged=False)), deployed),
@@ -200,6 +252,38 @@ REFUSED = [
     ("privileged init container with an infra slot",
      pod(container(), init=[container("setup", limits={INFRA: 1}, privileged=True)]), deployed,
      [POD_POLICY + "container setup" + PRIVILEGED_FIX]),
+    *[(f"envFrom prefix {prefix!r}, the start of a reserved name", pod(container(env_from=[prefix])), deployed,
+       [POD_POLICY + f"container app imports variables named {prefix}*" + SHORT_PREFIX_FIX.format(prefix=prefix)])
+      for prefix in ("CMK_", "CMK_C", "C", "CMK_CPUS", "CMK_CD")],
+    ("envFrom with an empty prefix, holding a pool", pod(container(**cores(1, "2"), env_from=[""])), deployed,
+     [POD_POLICY + "container app" + NO_PREFIX_FIX]),
+    ("envFrom without a prefix, in a pool init container",
+     pod(container(), init=[container("setup", limits={INFRA: 1}, env_from=["APP_", None])]), deployed,
+     [POD_POLICY + "container setup" + NO_PREFIX_FIX]),
+    *[(f"capability {cap} added", pod(container(**cores(1, "2"), security={"capabilities": {"add": ["CHOWN", cap]}})),
+       deployed, [POD_POLICY + f"container app{POOL}adds capability {cap}" + CAP_FIX])
+      for cap in ("SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "sys_admin")],
+    ("seccomp Unconfined on the pod", pod(container(limits={SHARED: 1}), security={"seccompProfile": {"type": "Unconfined"}}),
+     deployed, [POD_POLICY + "container app" + UNCONFINED_FIX]),
+    ("seccomp Unconfined on the container over the pod's RuntimeDefault",
+     pod(container(limits={INFRA: 1}, security={"seccompProfile": {"type": "Unconfined"}})), deployed,
+     [POD_POLICY + "container app" + UNCONFINED_FIX]),
+    ("no seccomp profile at all", pod(container(**cores(1, "2")), security={}), deployed,
+     [POD_POLICY + "container app" + NO_SECCOMP_FIX]),
+    ("no seccomp profile, running as non-root", pod(container(**cores(1, "2")), security={"runAsNonRoot": True,
+                                                                                           "runAsUser": 1000}),
+     deployed, [POD_POLICY + "container app" + NO_SECCOMP_FIX]),
+    ("AppArmor Unconfined on the container", pod(container(**cores(1, "2"),
+                                                           security={"appArmorProfile": {"type": "Unconfined"}})),
+     deployed, [POD_POLICY + "container app" + APPARMOR_FIX]),
+    ("AppArmor Unconfined on the pod", pod(container(**cores(1, "2")), security={
+        **RUNTIME_DEFAULT, "appArmorProfile": {"type": "Unconfined"}}), deployed,
+     [POD_POLICY + "container app" + APPARMOR_FIX]),
+    ("AppArmor unconfined by the legacy annotation", annotated(pod(container(**cores(1, "2"))), {
+        "container.apparmor.security.beta.kubernetes.io/app": "unconfined"}), deployed,
+     [POD_POLICY + "container app" + APPARMOR_FIX]),
+    ("a runtimeClassName, holding a pool", pod(container(**cores(1, "2")), runtimeClassName="kata"), deployed,
+     [POD_POLICY + "pod requests a cmk.intel.com/* resource and names runtimeClassName kata" + RUNTIME_CLASS_FIX]),
     ("everything wrong at once", pod(container(**cores(1, "1"), env=["CMK_CPUS_EXCLUSIVE"], privileged=True),
                                      group="default"), deployed,
      [cpu_fix("app", 1, 2, no_group=False), POD_POLICY + "container app sets CMK_CPUS_EXCLUSIVE" + ENV_FIX,
@@ -238,6 +322,33 @@ def test_an_ephemeral_container_setting_one_is_refused(name: str) -> None:
     assert denials(deployed(), request) == [POD_POLICY + f"ephemeral container debug sets {name}" + ENV_FIX]
     debug["env"] = [{"name": "DEBUG", "value": "1"}]
     assert denials(deployed(), request) == []
+
+
+def test_a_pod_admitted_without_seccomp_before_the_rule_can_still_be_debugged() -> None:
+    """securityContext is immutable, so the ways out are checked at CREATE only; a debug container's env still is."""
+    running = pod(container(**cores(1, "2")), security={})
+    running["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox:1.36"}]
+    assert denials(deployed(), Request(running, operation="UPDATE", subresource="ephemeralcontainers")) == []
+    running["spec"]["ephemeralContainers"][0]["envFrom"] = [{"prefix": "C", "configMapRef": {"name": "x"}}]
+    assert denials(deployed(), Request(running, operation="UPDATE", subresource="ephemeralcontainers")) == [
+        POD_POLICY + "ephemeral container debug imports variables named C*" + SHORT_PREFIX_FIX.format(prefix="C")]
+
+
+def with_runtime_classes(names: str) -> list[dict[str, Any]]:
+    """The deployed objects with the policy's runtimeClasses variable patched, as a kustomize patch of it would."""
+    objects = copy.deepcopy(deployed())
+    (policy,) = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] ==
+                 "cmk-pool-containers"]
+    (variable,) = [v for v in policy["spec"]["variables"] if v["name"] == "runtimeClasses"]
+    variable["expression"] = names
+    return objects
+
+
+def test_a_runtime_class_the_policy_lists_is_accepted_for_a_pool_pod() -> None:
+    listed = with_runtime_classes("['runc-cmk', 'crun-cmk']")
+    assert denials(listed, Request(pod(container(**cores(1, "2")), runtimeClassName="crun-cmk"))) == []
+    assert denials(listed, Request(pod(container(**cores(1, "2")), runtimeClassName="kata"))) == [
+        POD_POLICY + "pod requests a cmk.intel.com/* resource and names runtimeClassName kata" + RUNTIME_CLASS_FIX]
 
 
 def test_a_variable_from_a_field_ref_counts_too() -> None:
@@ -287,6 +398,17 @@ def test_in_place_resize_is_checked_and_other_updates_are_not() -> None:
     assert denials(deployed(), Request(wrong, operation="UPDATE")) == []  # a label change of a running pod
 
 
+def test_a_resize_through_an_update_of_the_pod_itself_before_1_33_is_checked() -> None:
+    """1.27-1.32 with InPlacePodVerticalScaling resize by UPDATE of ``pods``; an unchanged spec is not re-checked."""
+    right = pod(container(**cores(1, "2")), group="default")
+    resized = pod(container(**cores(1, "1")), group="default")
+    assert denials(deployed(), Request(resized, operation="UPDATE", old=right)) == [cpu_fix("app", 1, 2, no_group=False)]
+    assert denials(deployed(), Request(right, operation="UPDATE", old=resized)) == []  # resized back to fit
+    labelled = copy.deepcopy(resized)
+    labelled["metadata"]["labels"] = {"tier": "gold"}  # admitted before the policy: its labels may still change
+    assert denials(deployed(), Request(labelled, operation="UPDATE", old=resized)) == []
+
+
 def test_a_group_per_daemonset_names_the_daemonsets_node_label() -> None:
     for kustomization in ("base", "overlays/cdi-off", "overlays/node-group-large"):
         rendered = render(kustomization)
@@ -320,7 +442,8 @@ def test_every_expression_compiles_and_none_reads_the_harness_quantity_field() -
         spec = policy["spec"]
         texts += [v["expression"] for v in spec.get("variables", [])]
         texts += [v[key] for v in spec["validations"] for key in ("expression", "messageExpression") if key in v]
-    assert len(texts) == 21
+        texts += [v["expression"] for v in spec.get("matchConditions", [])]
+    assert len(texts) == 32
     for text in texts:
         compile_expression(text)
         assert QUANTITY_FIELD not in text
@@ -377,6 +500,24 @@ def test_readme_shows_the_refusal_kubectl_prints() -> None:
     (denial, *_) = denials(deployed(), request)
     assert kubectl_error(request, denial) in (ROOT / "README.md").read_text()
     assert README_POD in (ROOT / "README.md").read_text()
+    manifest["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "2"  # 'cpu: "2" ... is accepted'
+    assert denials(deployed(), Request(manifest)) == []
+
+
+def test_the_readme_patch_of_the_runtime_classes_lists_them(tmp_path: Path) -> None:
+    """The kustomize patch the README shows, rendered for real, makes the policy accept that RuntimeClass."""
+    readme = (ROOT / "README.md").read_text()
+    patch = re.search(r"  ```yaml\n(  patches:\n.*?)  ```\n", readme, re.DOTALL)
+    assert patch is not None
+    text = "\n".join(line.removeprefix("  ") for line in patch.group(1).splitlines())
+    base = os.path.relpath(DEPLOY / "admission", tmp_path)  # kustomize takes no absolute resource directory
+    (tmp_path / "kustomization.yaml").write_text(f"resources: [{base}]\n{text}\n")
+    proc = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    patched = [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+    objects = [*patched, *render("base")]
+    assert denials(objects, Request(pod(container(**cores(1, "2")), runtimeClassName="runc-cmk"))) == []
+    assert denials(deployed(), Request(pod(container(**cores(1, "2")), runtimeClassName="runc-cmk"))) != []
 
 
 README_POD = """\
@@ -386,6 +527,7 @@ metadata:
   name: one-core
 spec:
   nodeSelector: {cmk.intel.com/cpu-pools: default}
+  securityContext: {seccompProfile: {type: RuntimeDefault}}
   containers:
     - name: app
       image: busybox:1.36

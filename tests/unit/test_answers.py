@@ -7,6 +7,7 @@ import pytest
 from deviceplugin.model.answers import DeviceRequestError, Mount, allocate_answer
 from deviceplugin.model.devices import device_tree
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
+from deviceplugin.model.shown import named_ids, shown_id, shown_ids
 from deviceplugin.model.topology import build_topology
 
 INSTALL = "/opt/cmk/bin"
@@ -79,3 +80,10 @@ def test_with_cdi_each_core_names_its_own_device_and_slots_their_pools():
     assert exclusive.cdi_devices == ("cmk.intel.com/cpus=core-n0-p0-c2", "cmk.intel.com/cpus=core-n0-p0-c0")
     assert shared.cdi_devices == ("cmk.intel.com/cpus=shared",)
     assert allocate_answer(devices[RESOURCE_NAMES[Pool.SHARED]], ["shared-004"], install_dir=INSTALL).cdi_devices == ()
+
+
+def test_an_error_names_the_first_five_distinct_ids_sorted_and_counts_the_rest() -> None:
+    assert named_ids(["b", "a", "b"]) == "a, b"
+    assert named_ids([f"id-{n}" for n in range(7)] * 2) == "id-0, id-1, id-2, id-3, id-4 and 2 more"
+    assert shown_ids(["z" * 64, "y"]) == ("y", f"{'z' * 63}... (64 characters)")
+    assert shown_id("x" * 63) == "x" * 63  # the kubelet's longest ID is shown whole

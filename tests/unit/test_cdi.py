@@ -15,6 +15,7 @@ from deviceplugin.errors import CmkError
 from deviceplugin.host import cdi
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.answers import allocate_answer, cdi_device_names
+from deviceplugin.model.cdispec import kept_cpus
 from deviceplugin.model.devices import DeviceTree, device_tree
 from deviceplugin.model.plan import (
     RESOURCE_NAMES,
@@ -148,17 +149,31 @@ def test_cdi_flags_come_from_the_config_file_too(tmp_path: Path):
     assert (defaults.cdi, defaults.cdi_dir) == (True, Path("/var/run/cdi"))
 
 
-def test_a_device_the_spec_on_disk_had_is_kept_and_a_new_one_wins() -> None:
+def test_a_device_the_spec_on_disk_had_is_kept_with_its_cpus_and_a_new_one_wins() -> None:
     previous = cdi.build_spec({"shared": frozenset({3}), "core-n0-p0-c1": frozenset({1})}, HOOK)
-    spec = cdi.build_spec({"core-n0-p0-c1": frozenset({1, 9})}, HOOK)
-    kept = cdi.kept_devices(previous, spec)
-    assert [(d["name"], d["containerEdits"]["hooks"][0]["args"]) for d in kept["devices"]] == [
-        ("core-n0-p0-c1", hook.command_line("1,9")), ("shared", hook.command_line("3"))]
-    assert cdi.kept_devices({"kind": "other.io/x", "devices": [{"name": "a"}]}, spec) == spec
+    current = {"core-n0-p0-c1": frozenset({1, 9})}
+    assert kept_cpus(previous, cdi.KIND, current) == {"shared": frozenset({3})}
+    assert kept_cpus({"kind": "other.io/x", "devices": [{"name": "a"}]}, cdi.KIND, current) == {}
     old_release = {"kind": cdi.KIND, "devices": [{"name": "exclusive", "containerEdits": {"env": [cdi.CONFINED_ENV]}}],
                    "containerEdits": {"hooks": [{"hookName": "createRuntime", "path": HOOK, "args": list(hook.ARGS)}]}}
-    assert cdi.kept_devices(old_release, spec) == spec  # its CPUs were only in the env: stays unresolvable
-    assert cdi.kept_devices(None, spec) == spec
+    assert kept_cpus(old_release, cdi.KIND, current) == {}  # its CPUs were only in the env: stays unresolvable
+    assert kept_cpus(None, cdi.KIND, current) == {}
+
+
+@pytest.mark.parametrize(("device", "cpus"), [
+    ({"name": "two-entries", "containerEdits": {"hooks": [
+        {"path": "/a", "args": [*hook.ARGS, "--cpus=1"]}, {"path": "/b", "args": [*hook.ARGS, "--cpus=2", "--x"]}]}},
+     {1, 2}),
+    ({"name": "not-cmk-hook", "containerEdits": {"hooks": [{"path": "/bin/sh", "args": ["sh", "--cpus=1"]}]}}, None),
+    ({"name": "empty-list", "containerEdits": {"hooks": [{"args": [*hook.ARGS, "--cpus="]}]}}, None),
+    ({"name": "junk-list", "containerEdits": {"hooks": [{"args": [*hook.ARGS, "--cpus=1-x"]}]}}, None),
+    ({"name": "-bad-name", "containerEdits": {"hooks": [{"args": [*hook.ARGS, "--cpus=1"]}]}}, None),
+    ({"name": 7, "containerEdits": {"hooks": [{"args": [*hook.ARGS, "--cpus=1"]}]}}, None),
+    ({"name": "hooks-not-a-list", "containerEdits": {"hooks": {"args": [*hook.ARGS, "--cpus=1"]}}}, None),
+])
+def test_only_a_cmk_hook_cpu_list_that_parses_keeps_a_device(device: dict[str, object], cpus: set[int] | None) -> None:
+    kept = kept_cpus({"kind": cdi.KIND, "devices": [device]}, cdi.KIND, {})
+    assert kept == ({} if cpus is None else {device["name"]: frozenset(cpus)})
 
 
 def test_read_spec_returns_what_write_spec_wrote_and_none_for_junk(tmp_path: Path) -> None:
