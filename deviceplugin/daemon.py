@@ -124,9 +124,9 @@ class Daemon:
     def __init__(self, settings: DaemonSettings, *, prefer: Preference | None = None,
                  events: Events | None = None) -> None:
         if prefer is None:
-            from deviceplugin.model.policy import preferred_allocation
+            from deviceplugin.model.policy import prefer as policy
 
-            prefer = preferred_allocation
+            prefer = policy
         self.settings = settings
         self.events = events or Events()
         self._prefer: Preference = prefer
