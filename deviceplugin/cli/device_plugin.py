@@ -143,14 +143,15 @@ def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: 
         from deviceplugin.observe.cpumetrics import CpuCollector
         from deviceplugin.observe.metrics import Metrics, PoolCollector, serve_metrics
 
-        cpu_stats = CpuCollector(procfs_root=args.procfs_root, places=places(daemon.topology, daemon.plan))
+        cpu_stats = CpuCollector(procfs_root=args.procfs_root, places=places(daemon.topology, daemon.plan),
+                                 per_cpu=args.per_cpu_metrics)
         collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
                                   registered=daemon.registered_resources, pod_resources=args.pod_resources_socket,
                                   cpu_stats=cpu_stats, confinement=UnconfinedCollector(
                                       sysfs_root=args.sysfs_root, exclusive=exclusive_cpus(daemon.plan)))
         metrics = Metrics(collector, daemon.tree, config_fallback=daemon.settings.config_problem is not None)
         events.listen(metrics.on_event)
-        host, port = cleanup.enter_context(serve_metrics(metrics.registry, *args.metrics_address))
+        host, port = cleanup.enter_context(serve_metrics(metrics, *args.metrics_address))
         events.emit(MetricsServing(f"{host}:{port}"))
 
 

@@ -294,6 +294,10 @@ OBSERVE = FlagGroup("observability", (
          help="one line per event: text (key=value) or json (default: text)"),
     Flag(name="metrics-address", parse=address, load=lambda value: parse_address(text_value(value)),
          metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)"),
+    Flag(name="per-cpu-metrics", switch=True, load=switch_value, default=False,
+         help="add per-CPU series (busy time, interrupts, softirqs, held, unheld busy time) to the "
+              "per-pool ones: a few per CPU, thousands on a large node, and node_exporter's "
+              "node_cpu_seconds_total joined with cmk_cpu_info on cpu gives the busy time (default: off)"),
     pod_resources_socket("read before serving to keep cores still held under other IDs or pools out of every "
                          "pool, for the allocated-devices metric and to name the pod behind each allocation "
                          "in the log"),
