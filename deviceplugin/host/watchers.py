@@ -5,16 +5,19 @@ Why it works this way: ``docs/watchers.md``.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
 import os
+import re
 import selectors
 import socket
+import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from watchdog.events import (
-    FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
     FileMovedEvent,
@@ -93,18 +96,96 @@ class PluginDirWatcher(_InotifyWatcher):
             self._on_kubelet()
 
 
-class _InotifyCpuWatcher(_InotifyWatcher):
-    def __init__(self, cpu_dir: Path, on_change: Callable[[], None]) -> None:
-        self._on_change = on_change
-        # One recursive watch: one inotify instance and one thread, whatever the CPU count
-        # (a watch per cpuN folder would cost a thread and an inotify instance each).
-        # A finished write (close after write) is one event; modify events would add one per write() call.
-        super().__init__("cmk-cpu-watch", cpu_dir, recursive=True,
-                         events=[FileClosedEvent, FileCreatedEvent, FileMovedEvent])
+_IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE, _IN_ISDIR = 0x8, 0x80, 0x100, 0x40000000
+_IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
+_CPU_DIR = re.compile(rb"cpu\d+")
 
-    def _event(self, event: FileSystemEvent) -> None:
-        if _file_name(event) == "online":
-            self._on_change()
+
+class _InotifyCpuWatcher:
+    """``cpu/`` and each ``cpuN/`` folder, not their subfolders, in one inotify instance read by one thread.
+
+    The ``online`` files live there; a recursive watch of the whole tree (as
+    watchdog does it) also watched every ``topology/`` and ``cache/indexN/``
+    folder: 57,345 watches and 2.4 s of Python at start on 8,192 CPUs, 3.6 MB
+    on 1,024, for events that never come. A ``cpuN`` folder created later (a
+    hotplugged CPU in a dump) is watched from its creation on.
+    """
+
+    def __init__(self, cpu_dir: Path, on_change: Callable[[], None]) -> None:
+        self._dir, self._on_change = cpu_dir, on_change
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._fd = -1
+        self._root = -1
+        self._wake_r, self._wake_w = -1, -1
+        self._thread = threading.Thread(target=self._run, name="cmk-cpu-watch", daemon=True)
+
+    def _watch(self, path: Path) -> int:
+        mask = _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
+        wd = int(self._libc.inotify_add_watch(self._fd, os.fsencode(path), mask))
+        if wd < 0:
+            number = ctypes.get_errno()
+            if number in (errno.ENOENT, errno.ENOTDIR):
+                return -1  # gone meanwhile (a CPU removed from the dump)
+            raise OSError(number, os.strerror(number), str(path))
+        return wd
+
+    def start(self) -> None:
+        self._fd = int(self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC))
+        if self._fd < 0:
+            number = ctypes.get_errno()
+            raise OSError(number, os.strerror(number))
+        try:
+            self._root = self._watch(self._dir)
+            with os.scandir(self._dir) as entries:
+                for entry in entries:
+                    if _CPU_DIR.fullmatch(os.fsencode(entry.name)) and entry.is_dir(follow_symlinks=False):
+                        self._watch(Path(entry.path))
+        except OSError:
+            os.close(self._fd)
+            raise
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread.start()
+
+    def stop(self) -> None:
+        if not self._thread.is_alive():
+            return
+        os.write(self._wake_w, b"x")
+        self._thread.join()
+        for fd in (self._fd, self._wake_r, self._wake_w):
+            os.close(fd)
+
+    def _run(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._fd, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while True:
+                for key, _ in selector.select():
+                    if key.fileobj == self._wake_r:
+                        return
+                    try:
+                        data = os.read(self._fd, 64 * 1024)
+                    except BlockingIOError:
+                        continue
+                    if self._changed(data):
+                        self._on_change()
+
+    def _changed(self, data: bytes) -> bool:
+        """Whether the events in ``data`` touch an ``online`` file or add a ``cpuN`` folder (watched from now)."""
+        changed, offset = False, 0
+        while offset + _EVENT.size <= len(data):
+            wd, mask, _, size = _EVENT.unpack_from(data, offset)
+            name = data[offset + _EVENT.size:offset + _EVENT.size + size].rstrip(b"\0")
+            offset += _EVENT.size + size
+            if wd == self._root and mask & _IN_ISDIR and _CPU_DIR.fullmatch(name):
+                try:
+                    self._watch(self._dir / os.fsdecode(name))
+                except OSError as err:  # the CPU's own online file then goes unseen: say so
+                    log.warning("cannot watch %s: %s", self._dir / os.fsdecode(name), err.strerror)
+                changed = True
+            elif name == b"online":
+                changed = True
+        return changed
 
 
 class _UeventCpuWatcher:
