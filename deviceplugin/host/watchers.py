@@ -14,7 +14,7 @@ import selectors
 import socket
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
@@ -42,6 +42,18 @@ _IN_CLOSE_WRITE, _IN_MOVED_FROM, _IN_MOVED_TO = 0x8, 0x40, 0x80
 _IN_CREATE, _IN_DELETE, _IN_ISDIR = 0x100, 0x200, 0x40000000
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
 _CPU_DIR = re.compile(rb"cpu\d+")
+
+
+def _readable(source: int | socket.socket, wake: int) -> Iterator[None]:
+    """Once each time ``source`` is readable, until ``wake`` is (a watcher's stop writes to it)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(source, selectors.EVENT_READ)
+        selector.register(wake, selectors.EVENT_READ)
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj == wake:
+                    return
+                yield
 
 
 class _Inotify:
@@ -95,24 +107,18 @@ class _Inotify:
             os.close(fd)
 
     def _run(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._fd, selectors.EVENT_READ)
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            while True:
-                for key, _ in selector.select():
-                    if key.fileobj == self._wake_r:
-                        return
-                    try:
-                        data = os.read(self._fd, 64 * 1024)
-                    except BlockingIOError:
-                        continue
-                    offset = 0
-                    while offset + _EVENT.size <= len(data):
-                        wd, mask, _, size = _EVENT.unpack_from(data, offset)
-                        name = data[offset + _EVENT.size:offset + _EVENT.size + size].rstrip(b"\0")
-                        offset += _EVENT.size + size
-                        self._event(wd, mask, name)
-                    self._read_done()
+        for _ in _readable(self._fd, self._wake_r):
+            try:
+                data = os.read(self._fd, 64 * 1024)
+            except BlockingIOError:
+                continue
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                wd, mask, _, size = _EVENT.unpack_from(data, offset)
+                name = data[offset + _EVENT.size:offset + _EVENT.size + size].rstrip(b"\0")
+                offset += _EVENT.size + size
+                self._event(wd, mask, name)
+            self._read_done()
 
     def _event(self, wd: int, mask: int, name: bytes) -> None:
         raise NotImplementedError
@@ -201,21 +207,15 @@ class _UeventCpuWatcher:
         os.close(self._wake_w)
 
     def _run(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._sock, selectors.EVENT_READ)
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            while True:
-                for key, _ in selector.select():
-                    if key.fileobj == self._wake_r:
-                        return
-                    try:
-                        message = self._sock.recv(65536)
-                    except OSError:  # ENOBUFS after a burst: state is re-read anyway
-                        message = b"online@/devices/system/cpu/cpu0"
-                    event = cpu_uevent(message)
-                    if event is not None:
-                        log.info("kernel uevent: cpu%d %s", event[1], event[0])
-                        self._on_change()
+        for _ in _readable(self._sock, self._wake_r):
+            try:
+                message = self._sock.recv(65536)
+            except OSError:  # ENOBUFS after a burst: state is re-read anyway
+                message = b"online@/devices/system/cpu/cpu0"
+            event = cpu_uevent(message)
+            if event is not None:
+                log.info("kernel uevent: cpu%d %s", event[1], event[0])
+                self._on_change()
 
 
 class _PollingCpuWatcher:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from deviceplugin.daemon import Daemon
 from deviceplugin.model.confinement import exclusive_cpus
 from deviceplugin.model.plan import Pool
 from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
@@ -33,16 +34,20 @@ def container(root: Path, name: str, cpus: object) -> None:
     (path / "cpuset.effective_cpus").write_text(format_cpu_list(cpus) + "\n")  # type: ignore[arg-type]
 
 
+def registry_of(daemon: Daemon, kubelet: Kubelet, confinement: UnconfinedCollector) -> CollectorRegistry:
+    """The daemon's metrics with ``confinement`` and the stand-in's pod resources."""
+    collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan, registered=daemon.registered_resources,
+                              pod_resources=kubelet.pod_resources_socket, confinement=confinement)
+    return Metrics(collector, daemon.tree).registry
+
+
 def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_hold(kubelet: Kubelet,
                                                                                      start_daemon,  # noqa: F811
                                                                                      tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
     daemon = start_daemon(sysfs, procfs, num_exclusive_cores=3, num_shared_cores=1)
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
-    collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan, registered=daemon.registered_resources,
-                              pod_resources=kubelet.pod_resources_socket,
-                              confinement=UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan)))
-    registry = Metrics(collector, daemon.tree).registry
+    registry = registry_of(daemon, kubelet, UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan)))
     samples = parse(generate_latest(registry).decode())
     assert samples[UP] == 0 and COUNT not in samples  # the dump has no cgroup tree: left out, not 0
 
@@ -77,11 +82,8 @@ def test_a_scrape_reuses_the_last_walk_until_the_holdings_change_or_it_is_stale(
     (root / "cpuset.effective_cpus").write_text("0-15\n")
     container(root, "a" * 64, range(16))
     now = [0.0]
-    collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan, registered=daemon.registered_resources,
-                              pod_resources=kubelet.pod_resources_socket,
-                              confinement=UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan),
-                                                              rescan_seconds=30, clock=lambda: now[0]))
-    registry = Metrics(collector, daemon.tree).registry
+    registry = registry_of(daemon, kubelet, UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan),
+                                                                rescan_seconds=30, clock=lambda: now[0]))
     assert parse(generate_latest(registry).decode())[COUNT] == 1
 
     container(root, "b" * 64, range(16))  # another one, started with no device: the holdings stay the same
