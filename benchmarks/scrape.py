@@ -1,8 +1,10 @@
-"""What the per-CPU isolation collectors add to a ``/metrics`` scrape, on this machine and on 1,024 CPUs.
+"""What the isolation collectors add to a ``/metrics`` scrape, on this machine and on 1,024 CPUs.
 
-``python benchmarks/scrape.py [RUNS]`` builds the daemon's registry twice per
-machine, without and with :class:`deviceplugin.observe.cpumetrics.CpuCollector`, and
-times ``generate_latest`` (what the HTTP handler runs per scrape), pod
+``python benchmarks/scrape.py [RUNS]`` builds the daemon's registry three times per
+machine: without :class:`deviceplugin.observe.cpumetrics.CpuCollector`, with it as
+the daemon runs by default (per-pool series and ``cmk_cpu_info``) and with its
+per-CPU series (``--per-cpu-metrics``), and times ``Metrics.render`` (what the
+HTTP handler runs per scrape), pod
 resources read from the kubelet stand-in over a real socket in both. It prints
 median and p90 milliseconds, series and bytes side by side and the ratio. The
 1,024-CPU procfs is written at a real node's shape (every named interrupt line
@@ -20,8 +22,6 @@ from pathlib import Path
 if not __package__:  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prometheus_client import generate_latest
-
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from benchmarks.timing import samples_ms
 from deviceplugin.host.sysfs import discover
@@ -37,7 +37,10 @@ SYNTHETIC = (4, 2, 64, 2)  # sockets, nodes per socket, cores per node, threads 
 DEVICE_IRQ_LINES = 200
 
 
-def _registries(sysfs: Path, procfs: Path, pod_resources: Path) -> tuple[Metrics, Metrics]:
+CONFIGS = ("without", "default", "per-CPU")
+
+
+def _registries(sysfs: Path, procfs: Path, pod_resources: Path) -> tuple[Metrics, Metrics, Metrics]:
     topology = discover(sysfs, procfs)
     plan = plan_pools(topology, PlanOptions())
     tree = device_tree(plan, topology.online)
@@ -47,7 +50,9 @@ def _registries(sysfs: Path, procfs: Path, pod_resources: Path) -> tuple[Metrics
                                   pod_resources=pod_resources, cpu_stats=cpu_stats)
         return Metrics(collector, tree)
 
-    return metrics(None), metrics(CpuCollector(procfs_root=procfs, places=places(topology, plan)))
+    where = places(topology, plan)
+    return (metrics(None), metrics(CpuCollector(procfs_root=procfs, places=where)),
+            metrics(CpuCollector(procfs_root=procfs, places=where, per_cpu=True)))
 
 
 def _series(text: bytes) -> int:
@@ -71,21 +76,22 @@ def main(argv: list[str]) -> int:
                         "synthetic " + "x".join(map(str, SYNTHETIC)): (synthetic.sysfs, synthetic.procfs)}
             for name, (sysfs, procfs) in machines.items():
                 online = len(discover(sysfs, procfs).online)
-                for label, metrics in zip(("without", "with"), _registries(sysfs, procfs, kubelet.pod_resources_socket)):
-                    text = generate_latest(metrics.registry)
-                    samples = samples_ms(lambda m=metrics: generate_latest(m.registry), runs, warmup=2)
+                for label, metrics in zip(CONFIGS, _registries(sysfs, procfs, kubelet.pod_resources_socket)):
+                    text = metrics.render()
+                    samples = samples_ms(metrics.render, runs, warmup=2)
                     rows.append((name, online, label, statistics.median(samples),
                                  statistics.quantiles(samples, n=10)[-1], _series(text), len(text)))
         finally:
             kubelet.stop()
-    print(f"/metrics scrape (generate_latest), {runs} warm runs each; pod resources from the stand-in")
+    print(f"/metrics scrape (Metrics.render), {runs} warm runs each; pod resources from the stand-in")
     print(f"{'machine':<30} {'CPUs':>5} {'CPU collectors':<15} {'median ms':>10} {'p90 ms':>8} {'series':>7} "
           f"{'bytes':>9}")
     for name, online, label, median, p90, series, size in rows:
         print(f"{name:<30} {online:>5} {label:<15} {median:>10.2f} {p90:>8.2f} {series:>7} {size:>9}")
-    for without, with_ in zip(rows[::2], rows[1::2]):
-        print(f"{with_[0]}: with/without {with_[3] / without[3]:.2f}x the time, "
-              f"+{with_[3] - without[3]:.2f} ms, +{with_[5] - without[5]} series")
+    for without, *withs in zip(rows[::3], rows[1::3], rows[2::3]):
+        for with_ in withs:
+            print(f"{with_[0]}: {with_[2]}/without {with_[3] / without[3]:.2f}x the time, "
+                  f"+{with_[3] - without[3]:.2f} ms, +{with_[5] - without[5]} series")
     return 0
 
 

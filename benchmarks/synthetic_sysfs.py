@@ -17,6 +17,7 @@ and runnable: ``python benchmarks/synthetic_sysfs.py DIR 4 2 64 2`` writes a
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -142,7 +143,12 @@ def write_synthetic_sysfs(
         if path.parent not in made:
             path.parent.mkdir(parents=True, exist_ok=True)
             made.add(path.parent)
-        path.write_text(value + "\n")
+        # os-level writes: an 8,192-CPU tree is 250,000 files, and Path.write_text's text layer doubles the time
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, (value + "\n").encode())
+        finally:
+            os.close(fd)
     return SyntheticRoots(sysfs=root / "sys", procfs=root / "proc")
 
 

@@ -32,7 +32,7 @@ from deviceplugin.events import (
 from deviceplugin.host import cdi
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR
 from deviceplugin.host.nodelock import NodeLock
-from deviceplugin.host.sysfs import discover
+from deviceplugin.host.sysfs import discover, online_cpus
 from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
 from deviceplugin.kubelet.registration import Registrar, Registration, socket_identity
 from deviceplugin.kubelet.server import (
@@ -125,9 +125,9 @@ class Daemon:
     def __init__(self, settings: DaemonSettings, *, prefer: Preference | None = None,
                  events: Events | None = None) -> None:
         if prefer is None:
-            from deviceplugin.model.policy import preferred_allocation
+            from deviceplugin.model.policy import prefer as policy
 
-            prefer = preferred_allocation
+            prefer = policy
         self.settings = settings
         self.events = events or Events()
         self._prefer: Preference = prefer
@@ -397,11 +397,11 @@ class Daemon:
 
     def _refresh(self) -> None:
         try:
-            topology = discover(self.settings.sysfs_root, self.settings.procfs_root)
+            online = online_cpus(self.settings.sysfs_root)  # the plan is fixed: only health can change
         except CmkError as err:  # a sysfs file caught mid-change: the next event re-reads
             log.warning("re-reading CPUs failed: %s", err)
             return
-        self._push(device_tree(self.plan, topology.online, self._withheld_cores()), topology.online)
+        self._push(device_tree(self.plan, online, self._withheld_cores()), online)
 
     def _push(self, new: DeviceTree, online: frozenset[int]) -> None:
         """Serve ``new``: changed snapshots go to their servers (health changes are logged)."""

@@ -53,6 +53,11 @@ def slots(text: str) -> int:
     return _whole(text, 1, MAX_SLOTS)
 
 
+def scan_seconds(text: str) -> int:
+    """Seconds a cgroup walk answers for, 0 (none: every scrape walks) to an hour."""
+    return _whole(text, 0, 3600)
+
+
 def cpu_set(text: str) -> frozenset[int]:
     """A cpu list in the kernel's syntax."""
     try:
@@ -294,6 +299,13 @@ OBSERVE = FlagGroup("observability", (
          help="one line per event: text (key=value) or json (default: text)"),
     Flag(name="metrics-address", parse=address, load=lambda value: parse_address(text_value(value)),
          metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)"),
+    Flag(name="per-cpu-metrics", switch=True, load=switch_value, default=False,
+         help="add per-CPU series (busy time, interrupts, softirqs, held, unheld busy time) to the "
+              "per-pool ones: a few per CPU, thousands on a large node, and node_exporter's "
+              "node_cpu_seconds_total joined with cmk_cpu_info on cpu gives the busy time (default: off)"),
+    Flag(name="cgroup-scan-seconds", parse=scan_seconds, load=whole(scan_seconds), default=30, metavar="SECONDS",
+         help="reuse a walk of the cgroup tree for cmk_unconfined_containers for up to SECONDS while the "
+              "kubelet's holdings stay the same; 0 walks at every scrape (default: 30)"),
     pod_resources_socket("read before serving to keep cores still held under other IDs or pools out of every "
                          "pool, for the allocated-devices metric and to name the pod behind each allocation "
                          "in the log"),

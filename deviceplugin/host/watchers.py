@@ -5,23 +5,17 @@ Why it works this way: ``docs/watchers.md``.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
 import os
+import re
 import selectors
 import socket
+import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-
-from watchdog.events import (
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
 
 from deviceplugin.errors import CmkError
 from deviceplugin.host.files import PSEUDO_FILE_LIMIT, read_file
@@ -44,66 +38,155 @@ def cpu_uevent(message: bytes) -> tuple[str, int] | None:
     return action.decode(), int(devpath[len(prefix):])
 
 
-class _Handler(FileSystemEventHandler):
-    def __init__(self, on_event: Callable[[FileSystemEvent], None]) -> None:
-        self._on_event = on_event
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        self._on_event(event)
+_IN_CLOSE_WRITE, _IN_MOVED_FROM, _IN_MOVED_TO = 0x8, 0x40, 0x80
+_IN_CREATE, _IN_DELETE, _IN_ISDIR = 0x100, 0x200, 0x40000000
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
+_CPU_DIR = re.compile(rb"cpu\d+")
 
 
-def _file_name(event: FileSystemEvent) -> str:
-    """The name an event leaves behind (a move's target); watchdog may hand paths over as bytes."""
-    return os.path.basename(os.fsdecode(event.dest_path or event.src_path))
+def _readable(source: int | socket.socket, wake: int) -> Iterator[None]:
+    """Once each time ``source`` is readable, until ``wake`` is (a watcher's stop writes to it)."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(source, selectors.EVENT_READ)
+        selector.register(wake, selectors.EVENT_READ)
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj == wake:
+                    return
+                yield
 
 
-class _InotifyWatcher:
-    """One watchdog observer (one inotify instance, one thread) on one folder, started and stopped."""
+class _Inotify:
+    """One inotify instance on the folders :meth:`watch` names (not their subfolders), read by one thread.
 
-    def __init__(self, name: str, directory: Path, *, recursive: bool,
-                 events: list[type[FileSystemEvent]]) -> None:
-        self._observer = Observer()
-        self._observer.name = name
-        self._observer.schedule(_Handler(self._event), str(directory), recursive=recursive, event_filter=events)
+    The kernel's interface through libc, as watchdog uses it, without its
+    Python objects per watch and its modules (2 MB of the daemon's RSS for
+    two watchers). Subclasses decide in :meth:`_event` what an event means;
+    it runs in the reader thread.
+    """
 
-    def _event(self, event: FileSystemEvent) -> None:
+    def __init__(self, name: str, mask: int) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._mask = mask
+        self._fd = -1
+        self._wake_r, self._wake_w = -1, -1
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def watch(self, path: Path) -> int:
+        """Watch ``path``; its watch descriptor, or -1 if it went away meanwhile."""
+        wd = int(self._libc.inotify_add_watch(self._fd, os.fsencode(path), self._mask))
+        if wd < 0:
+            number = ctypes.get_errno()
+            if number in (errno.ENOENT, errno.ENOTDIR):
+                return -1
+            raise OSError(number, os.strerror(number), str(path))
+        return wd
+
+    def _watch_all(self) -> None:
         raise NotImplementedError
 
     def start(self) -> None:
-        self._observer.start()
+        self._fd = int(self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC))
+        if self._fd < 0:
+            number = ctypes.get_errno()
+            raise OSError(number, os.strerror(number))
+        try:
+            self._watch_all()
+        except OSError:
+            os.close(self._fd)
+            raise
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread.start()
 
     def stop(self) -> None:
-        self._observer.stop()
-        self._observer.join()
+        if not self._thread.is_alive():
+            return
+        os.write(self._wake_w, b"x")
+        self._thread.join()
+        for fd in (self._fd, self._wake_r, self._wake_w):
+            os.close(fd)
+
+    def _run(self) -> None:
+        for _ in _readable(self._fd, self._wake_r):
+            try:
+                data = os.read(self._fd, 64 * 1024)
+            except BlockingIOError:
+                continue
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                wd, mask, _, size = _EVENT.unpack_from(data, offset)
+                name = data[offset + _EVENT.size:offset + _EVENT.size + size].rstrip(b"\0")
+                offset += _EVENT.size + size
+                self._event(wd, mask, name)
+            self._read_done()
+
+    def _event(self, wd: int, mask: int, name: bytes) -> None:
+        raise NotImplementedError
+
+    def _read_done(self) -> None:
+        """After the events of one read: a subclass may act once for several."""
 
 
-class PluginDirWatcher(_InotifyWatcher):
-    """Calls ``on_kubelet()`` when kubelet.sock appears, ``on_deleted(name)`` when a file goes."""
+class PluginDirWatcher(_Inotify):
+    """Calls ``on_kubelet()`` when kubelet.sock appears, ``on_deleted(name)`` when a file goes (or is renamed away)."""
 
     def __init__(self, directory: Path, *, on_kubelet: Callable[[], None],
                  on_deleted: Callable[[str], None], kubelet_socket_name: str) -> None:
-        self._on_kubelet, self._on_deleted, self._kubelet = on_kubelet, on_deleted, kubelet_socket_name
-        super().__init__("cmk-plugin-dir-watch", directory, recursive=False,
-                         events=[FileCreatedEvent, FileDeletedEvent, FileMovedEvent])
+        super().__init__("cmk-plugin-dir-watch", _IN_CREATE | _IN_DELETE | _IN_MOVED_FROM | _IN_MOVED_TO)
+        self._dir = directory
+        self._on_kubelet, self._on_deleted = on_kubelet, on_deleted
+        self._kubelet = os.fsencode(kubelet_socket_name)
 
-    def _event(self, event: FileSystemEvent) -> None:
-        if isinstance(event, FileDeletedEvent):
-            self._on_deleted(_file_name(event))
-        elif _file_name(event) == self._kubelet:
+    def _watch_all(self) -> None:
+        if self.watch(self._dir) < 0:
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), str(self._dir))
+
+    def _event(self, wd: int, mask: int, name: bytes) -> None:
+        if mask & _IN_ISDIR or not name:
+            return
+        if mask & (_IN_DELETE | _IN_MOVED_FROM):
+            self._on_deleted(os.fsdecode(name))
+        elif name == self._kubelet:
             self._on_kubelet()
 
 
-class _InotifyCpuWatcher(_InotifyWatcher):
-    def __init__(self, cpu_dir: Path, on_change: Callable[[], None]) -> None:
-        self._on_change = on_change
-        # One recursive watch: one inotify instance and one thread, whatever the CPU count
-        # (a watch per cpuN folder would cost a thread and an inotify instance each).
-        # A finished write (close after write) is one event; modify events would add one per write() call.
-        super().__init__("cmk-cpu-watch", cpu_dir, recursive=True,
-                         events=[FileClosedEvent, FileCreatedEvent, FileMovedEvent])
+class _InotifyCpuWatcher(_Inotify):
+    """``cpu/`` and each ``cpuN/`` folder, not their subfolders: the ``online`` files live there.
 
-    def _event(self, event: FileSystemEvent) -> None:
-        if _file_name(event) == "online":
+    A recursive watch of the whole tree (as watchdog did it) also watched
+    every ``topology/`` and ``cache/indexN/`` folder: 57,345 watches and 2.4 s
+    of Python at start on 8,192 CPUs, 3.6 MB on 1,024, for events that never
+    come. A ``cpuN`` folder created later (a hotplugged CPU in a dump) is
+    watched from its creation on. Only close-after-write, create and move
+    events are asked for, so the daemon's own reads never wake it.
+    """
+
+    def __init__(self, cpu_dir: Path, on_change: Callable[[], None]) -> None:
+        super().__init__("cmk-cpu-watch", _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE)
+        self._dir, self._on_change = cpu_dir, on_change
+        self._root = -1
+        self._changed = False
+
+    def _watch_all(self) -> None:
+        self._root = self.watch(self._dir)
+        with os.scandir(self._dir) as entries:
+            for entry in entries:
+                if _CPU_DIR.fullmatch(os.fsencode(entry.name)) and entry.is_dir(follow_symlinks=False):
+                    self.watch(Path(entry.path))
+
+    def _event(self, wd: int, mask: int, name: bytes) -> None:
+        if wd == self._root and mask & _IN_ISDIR and _CPU_DIR.fullmatch(name):
+            try:
+                self.watch(self._dir / os.fsdecode(name))
+            except OSError as err:  # the CPU's own online file then goes unseen: say so
+                log.warning("cannot watch %s: %s", self._dir / os.fsdecode(name), err.strerror)
+            self._changed = True
+        elif name == b"online":
+            self._changed = True
+
+    def _read_done(self) -> None:
+        if self._changed:
+            self._changed = False
             self._on_change()
 
 
@@ -124,21 +207,15 @@ class _UeventCpuWatcher:
         os.close(self._wake_w)
 
     def _run(self) -> None:
-        with selectors.DefaultSelector() as selector:
-            selector.register(self._sock, selectors.EVENT_READ)
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            while True:
-                for key, _ in selector.select():
-                    if key.fileobj == self._wake_r:
-                        return
-                    try:
-                        message = self._sock.recv(65536)
-                    except OSError:  # ENOBUFS after a burst: state is re-read anyway
-                        message = b"online@/devices/system/cpu/cpu0"
-                    event = cpu_uevent(message)
-                    if event is not None:
-                        log.info("kernel uevent: cpu%d %s", event[1], event[0])
-                        self._on_change()
+        for _ in _readable(self._sock, self._wake_r):
+            try:
+                message = self._sock.recv(65536)
+            except OSError:  # ENOBUFS after a burst: state is re-read anyway
+                message = b"online@/devices/system/cpu/cpu0"
+            event = cpu_uevent(message)
+            if event is not None:
+                log.info("kernel uevent: cpu%d %s", event[1], event[0])
+                self._on_change()
 
 
 class _PollingCpuWatcher:

@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
 
@@ -43,14 +43,14 @@ from deviceplugin.model.answers import (
     allocate_answer,
 )
 from deviceplugin.model.devices import PoolDevices
+from deviceplugin.model.policy import CoreIndex, index_cores
 from deviceplugin.model.shown import shown_ids
-from deviceplugin.model.topology import Core
 from pinner.cpulist import format_cpu_list
 
 log = logging.getLogger(__name__)
 
-#: preferred_allocation(cores, available, must_include, size) -> IDs; raises ValueError on bad input.
-Preference = Callable[[Mapping[str, Core], Sequence[str], Sequence[str], int], list[str]]
+#: policy.prefer(index, available, must_include, size) -> IDs; raises ValueError on bad input.
+Preference = Callable[[CoreIndex, Sequence[str], Sequence[str], int], list[str]]
 
 #: The dial-back, one ListAndWatch stream (and, for a moment, the one it replaces) and concurrent admissions.
 WORKERS = 8
@@ -125,6 +125,8 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         self._cdi = cdi
         self._prefer = prefer
         self._devices = devices
+        # The policy's view of the cores, built with each snapshot: no call pays for the machine's size.
+        self._snapshot = (devices, index_cores(devices.cores))
         self._version = 0
         self._stopped = False
         self._changed = threading.Condition()
@@ -185,8 +187,10 @@ class PoolServer(pb_grpc.DevicePluginServicer):
             return False
 
     def update(self, devices: PoolDevices) -> None:
+        snapshot = (devices, index_cores(devices.cores))  # outside the lock: streams wait on it
         with self._changed:
             self._devices = devices
+            self._snapshot = snapshot
             self._version += 1
             self._changed.notify_all()
 
@@ -249,7 +253,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     def GetPreferredAllocation(self, request: pb.PreferredAllocationRequest,
                                context: grpc.ServicerContext) -> pb.PreferredAllocationResponse:
         start = time.perf_counter()
-        devices = self._devices
+        devices, index = self._snapshot
         pool = str(devices.pool)
         if not devices.preferred_allocation:
             context.abort(grpc.StatusCode.UNIMPLEMENTED,
@@ -257,8 +261,8 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         responses = []
         for req in request.container_requests:
             try:
-                chosen = self._prefer(devices.cores, list(req.available_deviceIDs),
-                                      list(req.must_include_deviceIDs), req.allocation_size)
+                chosen = self._prefer(index, req.available_deviceIDs, req.must_include_deviceIDs,
+                                      req.allocation_size)
             except ValueError as err:
                 self._events.emit(PreferredAllocationRefused(pool, devices.resource, str(err),
                                                              time.perf_counter() - start))

@@ -236,7 +236,8 @@ def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> Pool
     partial = [core for core in cores if core.cpus & isolated and not core.cpus <= isolated]
     free = [core for core in cores if not core.cpus & isolated]
     non_isol = _named_cores(topology, options.excl_non_isolcpus)
-    free = [core for core in free if core not in non_isol]
+    named = set(non_isol)
+    free = [core for core in free if core not in named]
 
     sst_cp = _differs(core.energy_performance_preference for core in cores)
     sst_bf = _differs(core.base_frequency for core in cores)
@@ -264,10 +265,14 @@ def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> Pool
         )
         infra = []  # filled below from what the isolated pools leave
 
+    # Membership by set, not by list: a list test compares dataclasses field by field, and on
+    # 8,192 CPUs that was 8 million comparisons (1.3 s) per plan.
     exclusive = _ranked(candidates, options.exclusive_mode, key)[:n_excl]
-    rest = [core for core in candidates if core not in exclusive]
+    taken = set(exclusive)
+    rest = [core for core in candidates if core not in taken]
     shared = _ranked(rest, options.shared_mode, key)[:n_shared]
-    leftover = [core for core in rest if core not in shared]
+    taken.update(shared)
+    leftover = [core for core in rest if core not in taken]
 
     unused: list[Core] = []
     if isolated:
@@ -278,7 +283,7 @@ def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> Pool
                 "--num-exclusive-cores or --num-shared-cores to use them"
             )
     else:
-        infra = sorted([core for core in free if core not in exclusive and core not in shared],
+        infra = sorted([core for core in free if core not in taken],
                        key=lambda core: core.first)
     if non_isol and not infra:
         raise PlanError(

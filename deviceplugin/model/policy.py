@@ -3,6 +3,10 @@
 A pure function of (cores, available, must_include, size), like NVIDIA's
 allocator, so the gRPC server only converts protobuf and the kubelet
 stand-in, the tests and the placement benchmark call the very same code.
+What does not change between calls (each core's NUMA node and L3 group,
+the order of cores) is a :class:`CoreIndex` the server builds once per
+snapshot, so a call costs the free devices it is given and the groups it
+looks at, not the machine.
 
 Why it works this way: ``docs/preferred-allocation.md``.
 """
@@ -11,14 +15,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 
 from deviceplugin.model.shown import named_ids
 from deviceplugin.model.topology import Core
 
 #: Free devices per group key (NUMA node id, L3 group's first CPU).
 Spare = Mapping[int, int]
-#: A group's key at one scope: the NUMA node and L3 group, or one of them.
-Scope = Callable[[Core], tuple[int, ...]]
 #: Picks the group to take from next, or None to let the next strategy decide.
 Strategy = Callable[[Spare, int, frozenset[int]], int | None]
 
@@ -53,28 +57,19 @@ def _l3_key(core: Core) -> int:
     return min(core.l3) if core.l3 else -1
 
 
-def _cell_key(core: Core) -> tuple[int, ...]:
-    return _node_key(core), _l3_key(core)
+#: A cell: one NUMA node's share of one L3 group, (node key, L3 key); every group below is made of cells.
+Cell = tuple[int, int]
 
-
-def _node_only(core: Core) -> tuple[int, ...]:
-    return (_node_key(core),)
-
-
-def _l3_only(core: Core) -> tuple[int, ...]:
-    return (_l3_key(core),)
-
-
-#: Outermost first: one NUMA node matters more than one L3 group.
-LEVELS: tuple[tuple[str, Callable[[Core], int]], ...] = (("numa-node", _node_key), ("l3-cache", _l3_key))
-
-#: Narrowest first: the kinds of group one of which should hold a whole request, each with the
-#: enclosing level whose free devices rank its candidates first (fewest first).
-SCOPES: tuple[tuple[str, Scope, tuple[Callable[[Core], int], ...]], ...] = (
-    ("numa-node and l3-cache", _cell_key, (_node_key,)),
-    ("numa-node", _node_only, ()),
-    ("l3-cache", _l3_only, ()),
+#: Narrowest first: the kinds of group one of which should hold a whole request, each with its key of a
+#: cell and whether the enclosing NUMA node's free devices rank its candidates first (fewest first).
+SCOPES: tuple[tuple[str, Callable[[Cell], tuple[int, ...]], bool], ...] = (
+    ("numa-node and l3-cache", lambda cell: cell, True),
+    ("numa-node", lambda cell: cell[:1], False),
+    ("l3-cache", lambda cell: cell[1:], False),
 )
+
+#: Outermost first, the levels a request is split over once no scope holds it (or inside the one that does).
+LEVELS = ("numa-node", "l3-cache")
 
 
 def _next_group(spare: Spare, need: int, used: frozenset[int]) -> int:
@@ -96,34 +91,43 @@ def _split(spare: Spare, need: int, used: Iterable[int]) -> dict[int, int]:
     return take
 
 
-def _choose(cores: Mapping[str, Core], free: Iterable[str], required: frozenset[str], count: int,
-            levels: Sequence[tuple[str, Callable[[Core], int]]]) -> list[str]:
-    if not levels:
-        spare = sorted(set(free) - required, key=lambda i: (cores[i].first, i))
-        return sorted(required) + spare[: count - len(required)]
-    _, key = levels[0]
-    groups: dict[int, list[str]] = {}
-    for device in free:
-        groups.setdefault(key(cores[device]), []).append(device)
-    holding = {group: len(required.intersection(members)) for group, members in groups.items()}
-    spare_in = {group: len(members) - holding[group] for group, members in groups.items()}
-    extra = _split(spare_in, count - len(required), (g for g, n in holding.items() if n))
-    chosen: list[str] = []
-    for group, members in groups.items():
-        if holding[group] or extra.get(group):
-            mine = required.intersection(members)
-            chosen += _choose(cores, members, mine, len(mine) + extra.get(group, 0), levels[1:])
-    return chosen
+@dataclass(frozen=True)
+class CoreIndex:
+    """What the policy needs of a pool's cores, computed once per snapshot instead of once per call.
+
+    The kubelet calls GetPreferredAllocation in the admission path of every
+    pod, and a pool's cores only change with the plan: each device's cell
+    (NUMA node and L3 group keys) and its rank in (first CPU, ID) order are
+    fixed, so a call only counts the free devices per cell, works on those
+    counts (a few per NUMA node), and walks the ordered members of the few
+    cells it takes from. :func:`index_cores` builds it; :func:`prefer` uses it.
+    """
+
+    #: device ID -> (its cell, its rank in (first CPU, ID) order)
+    place: Mapping[str, tuple[Cell, int]]
+    #: cell -> its devices in rank order
+    members: Mapping[Cell, tuple[str, ...]]
+    cores: Mapping[str, Core]
 
 
-def _nodes_needed(cores: Mapping[str, Core], free: Collection[str], required: frozenset[str], count: int) -> int:
-    """The fewest NUMA nodes that hold ``count`` of ``free`` with every required device (largest first)."""
-    per_node = Counter(_node_key(cores[device]) for device in free)
-    mandatory = {_node_key(cores[device]) for device in required}
-    rest = count - sum(per_node[node] for node in mandatory)
-    others = sorted((n for node, n in per_node.items() if node not in mandatory), reverse=True)
+def index_cores(cores: Mapping[str, Core]) -> CoreIndex:
+    """The :class:`CoreIndex` of a pool's cores (device ID -> core)."""
+    ordered = sorted(cores, key=lambda device: (cores[device].first, device))
+    place: dict[str, tuple[Cell, int]] = {}
+    members: dict[Cell, list[str]] = {}
+    for rank, device in enumerate(ordered):
+        cell = (_node_key(cores[device]), _l3_key(cores[device]))
+        place[device] = (cell, rank)
+        members.setdefault(cell, []).append(device)
+    return CoreIndex(MappingProxyType(place), MappingProxyType({c: tuple(m) for c, m in members.items()}),
+                     cores)
+
+
+def _fewest_nodes(per_node: Mapping[int, int], mandatory: Collection[int], count: int) -> int:
+    """The fewest NUMA nodes whose free devices (``per_node``) hold ``count`` with every ``mandatory`` node."""
+    rest = count - sum(per_node.get(node, 0) for node in mandatory)
     needed = len(mandatory)
-    for spare in others:
+    for spare in sorted((n for node, n in per_node.items() if node not in mandatory), reverse=True):
         if rest <= 0:
             break
         rest -= spare
@@ -131,32 +135,115 @@ def _nodes_needed(cores: Mapping[str, Core], free: Collection[str], required: fr
     return needed
 
 
-def _best_holding(cores: Mapping[str, Core], free: Collection[str], required: frozenset[str], count: int,
-                  key: Scope, outer: Sequence[Callable[[Core], int]], fewest: int) -> set[str] | None:
-    """The free devices of the best-fit group of one scope that holds the request, or None."""
-    groups: dict[tuple[int, ...], set[str]] = {}
-    for device in free:
-        groups.setdefault(key(cores[device]), set()).add(device)
-    spare = [Counter(level(cores[device]) for device in free) for level in outer]
+class _Free:
+    """One call's free devices counted per cell (and per node and L3 group), with the required ones among them."""
 
-    def rank(group: tuple[int, ...]) -> tuple[int, ...]:
-        core = cores[next(iter(groups[group]))]
-        return (*(counts[level(core)] for counts, level in zip(spare, outer)), len(groups[group]), *group)
+    def __init__(self, cells: Mapping[Cell, int], required: Mapping[Cell, int]) -> None:
+        self.cells, self.required = cells, required
+        self.nodes: Counter[int] = Counter()
+        self.l3: Counter[int] = Counter()
+        for (node, l3), n in self.cells.items():
+            self.nodes[node] += n
+            self.l3[l3] += n
 
-    holding = [group for group, members in groups.items() if len(members) >= count and required <= members
-               and _nodes_needed(cores, members, required, count) <= fewest]
-    return groups[min(holding, key=rank)] if holding else None
+    def per_node(self, cells: Iterable[Cell]) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for cell in cells:
+            counts[cell[0]] = counts.get(cell[0], 0) + self.cells[cell]
+        return counts
+
+    def only(self, cells: Iterable[Cell]) -> _Free:
+        """The same counts, of ``cells`` alone."""
+        kept = {cell: self.cells[cell] for cell in cells}
+        return _Free(kept, {cell: n for cell, n in self.required.items() if cell in kept})
 
 
-def _one_group(cores: Mapping[str, Core], free: Collection[str], required: frozenset[str],
-               count: int) -> Collection[str]:
-    """The free devices of the narrowest scope's best-fit group that holds the request; else all of ``free``."""
-    fewest = _nodes_needed(cores, free, required, count)
-    for _, key, outer in SCOPES:
-        members = _best_holding(cores, free, required, count, key, outer, fewest)
-        if members is not None:
-            return members
-    return free
+def _holding_cells(free: _Free, required: int, count: int) -> list[Cell] | None:
+    """The cells of the narrowest scope's best-fit group that holds the request; None: no group does.
+
+    Scopes narrowest first (:data:`SCOPES`): a cell, a NUMA node, an L3 group;
+    a group holds the request when its free devices number ``count``, include
+    every required one and need no more NUMA nodes than the request needs
+    anyway. Ranked by the enclosing node's free devices (cells only), then the
+    group's, then its key: fewest first.
+    """
+    mandatory = {cell[0] for cell in free.required}
+    fewest = _fewest_nodes(free.nodes, mandatory, count)
+    for _, key, by_node in SCOPES:
+        groups: dict[tuple[int, ...], list[Cell]] = {}
+        for cell in free.cells:
+            groups.setdefault(key(cell), []).append(cell)
+        best: tuple[tuple[int, ...], list[Cell]] | None = None
+        for group, cells in groups.items():
+            size = sum(free.cells[cell] for cell in cells)
+            if size < count or sum(free.required.get(cell, 0) for cell in cells) != required:
+                continue
+            inside = {cell[0] for cell in cells if free.required.get(cell)}
+            if _fewest_nodes(free.per_node(cells), inside, count) > fewest:
+                continue
+            rank = ((free.nodes[cells[0][0]],) if by_node else ()) + (size, *group)
+            if best is None or rank < best[0]:
+                best = (rank, cells)
+        if best is not None:
+            return best[1]
+    return None
+
+
+def _take(index: CoreIndex, counts: _Free, free: Collection[str], required: frozenset[str], count: int) -> list[str]:
+    """``count`` devices of the counted cells with every required one, split over :data:`LEVELS` by :func:`_split`.
+
+    Within a cell, the lowest-ranked free devices (its members are in rank order, so the walk stops
+    after the devices it takes and the busy ones before them).
+    """
+    by_node: dict[int, list[Cell]] = {}
+    for cell in counts.cells:
+        by_node.setdefault(cell[0], []).append(cell)
+    holding = {node: sum(counts.required.get(c, 0) for c in node_cells) for node, node_cells in by_node.items()}
+    spare = {node: counts.nodes[node] - holding[node] for node in by_node}
+    extra = _split(spare, count - len(required), (node for node, n in holding.items() if n))
+    chosen: list[str] = []
+    for node, node_cells in by_node.items():
+        if not (holding[node] or extra.get(node)):
+            continue
+        cell_of = {cell[1]: cell for cell in node_cells}
+        mine = {l3: counts.required.get(cell, 0) for l3, cell in cell_of.items()}
+        left = {l3: counts.cells[cell] - mine[l3] for l3, cell in cell_of.items()}
+        more = _split(left, extra.get(node, 0), (l3 for l3, n in mine.items() if n))
+        for l3, cell in cell_of.items():
+            if not (mine[l3] or more.get(l3)):
+                continue
+            wanted = more.get(l3, 0)
+            for device in index.members[cell]:
+                if wanted <= 0:
+                    break
+                if device in free and device not in required:
+                    chosen.append(device)
+                    wanted -= 1
+    return sorted(required) + chosen
+
+
+def prefer(index: CoreIndex, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
+    """:func:`preferred_allocation` over a pool's precomputed :class:`CoreIndex`: what the servers call."""
+    if size < 0:
+        raise ValueError(f"allocation size {size} is negative; ask for 0 or more devices")
+    place = index.place
+    required = frozenset(must_include)
+    unknown = required - place.keys()
+    if unknown:
+        raise ValueError(f"must_include devices {named_ids(unknown)} are not devices of this pool")
+    free = {device for device in available if device in place}
+    missing = required - free
+    if missing:
+        raise ValueError(f"must_include devices {named_ids(missing)} are not in available_deviceIDs; "
+                         "the kubelet lists reused devices as available too")
+    if len(required) > size:
+        raise ValueError(f"{len(required)} must_include devices exceed allocation size {size}; "
+                         "the size counts the reused devices too")
+    count = min(size, len(free))
+    counts = _Free(Counter(place[device][0] for device in free), Counter(place[device][0] for device in required))
+    cells = _holding_cells(counts, len(required), count)
+    chosen = _take(index, counts if cells is None else counts.only(cells), free, required, count)
+    return sorted(chosen, key=lambda device: place[device][1])
 
 
 def preferred_allocation(cores: Mapping[str, Core], available: Sequence[str], must_include: Sequence[str],
@@ -171,24 +258,10 @@ def preferred_allocation(cores: Mapping[str, Core], available: Sequence[str], mu
     Raises ValueError (the server's INVALID_ARGUMENT) when the request
     itself is impossible: a negative size, ``must_include`` IDs that are
     unknown or not available, or more of them than ``size``.
+
+    Builds the :class:`CoreIndex` each call; a server keeps one per snapshot and calls :func:`prefer`.
     """
-    if size < 0:
-        raise ValueError(f"allocation size {size} is negative; ask for 0 or more devices")
-    required = frozenset(must_include)
-    unknown = required - cores.keys()
-    if unknown:
-        raise ValueError(f"must_include devices {named_ids(unknown)} are not devices of this pool")
-    missing = required - set(available)
-    if missing:
-        raise ValueError(f"must_include devices {named_ids(missing)} are not in available_deviceIDs; "
-                         "the kubelet lists reused devices as available too")
-    if len(required) > size:
-        raise ValueError(f"{len(required)} must_include devices exceed allocation size {size}; "
-                         "the size counts the reused devices too")
-    free = {device for device in available if device in cores}
-    count = min(size, len(free))
-    chosen = _choose(cores, _one_group(cores, free, required, count), required, count, LEVELS)
-    return sorted(chosen, key=lambda device: (cores[device].first, device))
+    return prefer(index_cores(cores), available, must_include, size)
 
 
 def numa_nodes_of(devices: Iterable[str], cores: Mapping[str, Core]) -> frozenset[int]:

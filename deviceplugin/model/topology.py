@@ -18,7 +18,7 @@ from types import MappingProxyType
 from pinner.cpulist import format_cpu_list
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per CPU or core: no __dict__ each (8,192 CPUs)
 class Cpu:
     """One logical CPU as the kernel describes it.
 
@@ -41,7 +41,7 @@ class Cpu:
     cluster: int | None = None  # cluster_id: cores sharing an L2/L3 tag slice (arm64, E-core modules)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per CPU or core: no __dict__ each (8,192 CPUs)
 class Core:
     """A physical core: its online hardware threads and where it sits."""
 

@@ -1,8 +1,12 @@
-"""Per-CPU isolation metrics read from procfs at scrape time: what runs where, and what should not.
+"""Isolation metrics read from procfs at scrape time: what runs where, and what should not.
 
-Every series carries ``cpu``, ``pool`` (``none`` for a CPU in no pool),
-``numa_node`` and ``isolated`` (``true`` for the kernel's ``isolcpus``), so a
-rule can ask about a pool, a node or the isolated CPUs with one matcher:
+By default the series are per place — pool, NUMA node and isolation
+(``pool``, ``numa_node``, ``isolated``) — so their number grows with pools
+times NUMA nodes, not with CPUs; ``cmk_cpu_info`` names each CPU's place once,
+to join node_exporter's per-CPU ``node_cpu_seconds_total`` on ``cpu``. With
+``per_cpu`` (``--per-cpu-metrics``) the same counters come per CPU too, each
+series carrying ``cpu`` and the place labels, so a rule can ask about a pool,
+a node or the isolated CPUs with one matcher.
 
 Why it works this way: ``docs/cpumetrics.md``.
 """
@@ -18,35 +22,65 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from deviceplugin.host.procstats import read_sample
 from deviceplugin.model.cpustats import (
-    NO_POOL,
+    UNKNOWN_PLACE,
     Place,
     Sample,
     StatsError,
     exclusive_cpus,
+    place_groups,
+    place_kind_totals,
+    place_totals,
     unheld_busy,
 )
 
 log = logging.getLogger(__name__)
 
-_LABELS = ["cpu", "pool", "numa_node", "isolated"]
-_UNKNOWN = Place(NO_POOL, "unknown", False)
+_PLACE_LABELS = ["pool", "numa_node", "isolated"]
+_LABELS = ["cpu", *_PLACE_LABELS]
+_POOL_INTERRUPTS = ("Interrupts the place's CPUs served, from /proc/interrupts: kind device (numbered IRQs) or "
+                    "local (timer, IPIs).")
+_POOL_SOFTIRQS = ("Softirqs the place's CPUs ran, from /proc/softirqs: kind device (net, block, tasklets) or "
+                  "local (timer, sched, rcu).")
+
+
+def _place_labels(place: Place) -> list[str]:
+    return [place.pool, place.numa_node, "true" if place.isolated else "false"]
 
 
 def _labels(cpu: int, place: Place) -> list[str]:
-    return [str(cpu), place.pool, place.numa_node, "true" if place.isolated else "false"]
+    return [str(cpu), *_place_labels(place)]
 
 
 class CpuCollector:
-    """Reads procfs once per scrape; keeps the previous sample and holdings to count unheld busy time."""
+    """Reads procfs once per scrape; keeps the previous sample and holdings to count unheld busy time.
 
-    def __init__(self, *, procfs_root: Path, places: Mapping[int, Place]) -> None:
+    The per-place sums carry each CPU's last counters while it is offline (the
+    kernel then leaves it out of procfs), so a pool's counter never goes down
+    when a CPU does, which Prometheus would take for a reset.
+    """
+
+    def __init__(self, *, procfs_root: Path, places: Mapping[int, Place], per_cpu: bool = False) -> None:
         self._procfs_root = procfs_root
         self._places = places
+        self._per_cpu = per_cpu
         self._exclusive = exclusive_cpus(places)
+        self._groups = place_groups(places)
         self._lock = threading.Lock()  # scrapes run in the HTTP server's threads
         self._last: tuple[Sample, frozenset[int] | None] | None = None
         self._unheld = dict.fromkeys(sorted(self._exclusive), 0.0)
+        self._busy: dict[int, float] = {}  # the last busy seconds of every CPU seen, offline ones too
+        self._interrupts: dict[int, Mapping[str, int]] = {}
+        self._softirqs: dict[int, Mapping[str, int]] = {}
         self._error: str | None = None
+
+    def info(self) -> Metric:
+        """``cmk_cpu_info``: one series per CPU naming its place; fixed by the plan, so rendered once."""
+        family = GaugeMetricFamily("cmk_cpu_info", "1 per CPU: its pool (none if in no pool), NUMA node and "
+                                   "isolation, to join per-CPU series such as node_cpu_seconds_total on cpu.",
+                                   labels=_LABELS)
+        for cpu, place in sorted(self._places.items()):
+            family.add_metric(_labels(cpu, place), 1)
+        return family
 
     def families(self, held: frozenset[int] | None) -> Iterator[Metric]:
         """The CPU families for one scrape; ``held`` is None when the kubelet's pod resources are away."""
@@ -66,6 +100,42 @@ class CpuCollector:
         with self._lock:
             self._count_unheld(sample, held)
             unheld = dict(self._unheld)
+            self._busy.update((cpu, times.busy) for cpu, times in sample.times.items())
+            self._interrupts.update(sample.interrupts)
+            self._softirqs.update(sample.softirqs)
+            busy, interrupts, softirqs = dict(self._busy), dict(self._interrupts), dict(self._softirqs)
+        yield from self._pool_families(busy, interrupts, softirqs, unheld, held)
+        if self._per_cpu:
+            yield from self._cpu_families(sample, unheld, held)
+
+    def _pool_families(self, busy: Mapping[int, float], interrupts: Mapping[int, Mapping[str, int]],
+                       softirqs: Mapping[int, Mapping[str, int]], unheld: Mapping[int, float],
+                       held: frozenset[int] | None) -> Iterator[Metric]:
+        family = CounterMetricFamily("cmk_pool_busy_seconds", "Time the place's CPUs ran something (user, nice, "
+                                     "system, irq, softirq), from /proc/stat.", labels=_PLACE_LABELS)
+        for place, seconds in place_totals(self._groups, busy).items():
+            family.add_metric(_place_labels(place), round(seconds, 6))
+        yield family
+        kinds = (("cmk_pool_interrupts", _POOL_INTERRUPTS, interrupts), ("cmk_pool_softirqs", _POOL_SOFTIRQS, softirqs))
+        for name, text, counts in kinds:
+            family = CounterMetricFamily(name, text, labels=[*_PLACE_LABELS, "kind"])
+            for (place, kind), count in place_kind_totals(self._groups, counts).items():
+                family.add_metric([*_place_labels(place), kind], count)
+            yield family
+        if held is not None:
+            gauge = GaugeMetricFamily("cmk_pool_held_cpus", "The place's CPUs a container holds (kubelet pod "
+                                      "resources).", labels=_PLACE_LABELS)
+            for place, cpus in place_totals(self._groups, {cpu: 1.0 if cpu in held else 0.0 for cpu in busy}).items():
+                gauge.add_metric(_place_labels(place), cpus)
+            yield gauge
+        family = CounterMetricFamily("cmk_pool_unheld_busy_seconds", "Busy time on the place's exclusive-pool CPUs "
+                                     "while no container held them (a leak).", labels=_PLACE_LABELS)
+        for place, seconds in place_totals(self._groups, unheld).items():
+            family.add_metric(_place_labels(place), round(seconds, 6))  # sums of 1/USER_HZ steps: no float dust
+        yield family
+
+    def _cpu_families(self, sample: Sample, unheld: Mapping[int, float],
+                      held: frozenset[int] | None) -> Iterator[Metric]:
         yield from self._counters(sample)
         if held is not None:
             gauge = GaugeMetricFamily("cmk_cpu_held", "1 while a container holds the CPU (kubelet pod resources).",
@@ -80,7 +150,7 @@ class CpuCollector:
         yield family
 
     def _of(self, cpu: int) -> list[str]:
-        return _labels(cpu, self._places.get(cpu, _UNKNOWN))
+        return _labels(cpu, self._places.get(cpu, UNKNOWN_PLACE))
 
     def _count_unheld(self, sample: Sample, held: frozenset[int] | None) -> None:
         if self._last is not None:

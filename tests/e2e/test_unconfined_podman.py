@@ -61,6 +61,7 @@ def metrics(node: NodeWide, install_dir: Path) -> Iterator[Callable[[], float]]:
         process = daemon_process(plugin_dir, Path("/sys"), Path("/proc"), "--excl-non-isolcpus", node.core,
                                  "--install-dir", str(install_dir), "--no-cdi", "--no-infra-record", "--no-nfd",
                                  "--metrics-address", "127.0.0.1:0", "--log-format", "json",
+                                 "--cgroup-scan-seconds", "0",
                                  "--pod-resources-socket", str(kubelet.pod_resources_socket))
         logs = Logs(process)
         try:

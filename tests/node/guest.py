@@ -142,7 +142,7 @@ class Node:
                 self.cmk("device-plugin", "--kubelet-dir", str(self.plugin_dir), "--install-dir",
                          str(self.install_dir), "--cdi-dir", str(self.cdi_dir), "--no-nfd", "--log-level", "INFO",
                          "--pod-resources-socket", str(self.pod_resources_socket),
-                         "--metrics-address", METRICS_ADDRESS, *self.shape.pool_flags),
+                         "--metrics-address", METRICS_ADDRESS, "--per-cpu-metrics", *self.shape.pool_flags),
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
     def connect(self) -> None:

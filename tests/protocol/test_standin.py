@@ -168,7 +168,7 @@ class MiniPlugin(pb_grpc.DevicePluginServicer):
 
 
 class DirectoryEvents:
-    """inotify events of a directory (via watchdog, as the daemon watches it), as (kind, file name) pairs."""
+    """inotify events of a directory (via watchdog, a second reader beside the daemon's own), as (kind, file name) pairs."""
 
     def __init__(self, directory: Path) -> None:
         self._seen: list[tuple[str, str]] = []

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from deviceplugin.daemon import Daemon
 from deviceplugin.model.confinement import Reason, exclusive_cpus
 from deviceplugin.model.plan import Pool
 from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
@@ -38,16 +39,21 @@ def container(root: Path, name: str, cpus: object, *, hooked: bool = False) -> N
         (path / hook.CONFINED_CGROUP).mkdir()  # the hook ran for it
 
 
+def registry_of(daemon: Daemon, kubelet: Kubelet, confinement: UnconfinedCollector) -> CollectorRegistry:
+    """The daemon's metrics with ``confinement`` and the stand-in's pod resources."""
+    collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan, registered=daemon.registered_resources,
+                              pod_resources=kubelet.pod_resources_socket, confinement=confinement)
+    return Metrics(collector, daemon.tree).registry
+
+
 def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_hold(kubelet: Kubelet,
                                                                                      start_daemon,  # noqa: F811
                                                                                      tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
     daemon = start_daemon(sysfs, procfs, num_exclusive_cores=3, num_shared_cores=1)
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
-    collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan, registered=daemon.registered_resources,
-                              pod_resources=kubelet.pod_resources_socket,
-                              confinement=UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan)))
-    registry = Metrics(collector, daemon.tree).registry
+    registry = registry_of(daemon, kubelet, UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan),
+                                                                rescan_seconds=0))  # every scrape walks: the tree changes
     samples = parse(generate_latest(registry).decode())
     assert samples[UP] == 0 and COUNT not in samples and WIDENED not in samples  # no cgroup tree: left out, not 0
 
@@ -73,3 +79,29 @@ def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_
     kubelet.stop()  # holdings unknown: fwd's core-and-infra cpuset cannot be told from an unconfined one
     samples = parse(generate_latest(registry).decode())
     assert (samples[UP], samples[COUNT], samples[WIDENED]) == (1, 2, 1)
+
+
+def test_a_scrape_reuses_the_last_walk_until_the_holdings_change_or_it_is_stale(kubelet: Kubelet,
+                                                                                start_daemon,  # noqa: F811
+                                                                                tmp_path):
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
+    daemon = start_daemon(sysfs, procfs, num_exclusive_cores=3, num_shared_cores=1)
+    wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
+    root = sysfs / "fs/cgroup/cpuset"
+    root.mkdir(parents=True)
+    (root / "cpuset.effective_cpus").write_text("0-15\n")
+    container(root, "a" * 64, range(16))
+    now = [0.0]
+    registry = registry_of(daemon, kubelet, UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan),
+                                                                rescan_seconds=30, clock=lambda: now[0]))
+    assert parse(generate_latest(registry).decode())[COUNT] == 1
+
+    container(root, "b" * 64, range(16))  # another one, started with no device: the holdings stay the same
+    now[0] = 29.0
+    assert parse(generate_latest(registry).decode())[COUNT] == 1, "the last walk still answers"
+    now[0] = 30.0
+    assert parse(generate_latest(registry).decode())[COUNT] == 2, "stale: walked again"
+
+    container(root, "c" * 64, range(16))
+    kubelet.admit(PodSpec("pinned", containers=(ContainerSpec("fwd", limits={EXCLUSIVE: 1}),)))
+    assert parse(generate_latest(registry).decode())[COUNT] == 3, "the holdings changed: walked again"

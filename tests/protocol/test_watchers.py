@@ -124,3 +124,22 @@ def test_kernel_cpu_uevents_reach_a_pod_network_namespace():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_cpu_folder_added_to_a_dump_copy_is_watched_from_then_on(tmp_path):
+    """Only cpu/ and the cpuN/ folders are watched (not topology/ or cache/): a CPU that appears later too."""
+    sysfs, _ = fixture_copy("cmk-xeon_d", tmp_path)
+    seen = threading.Event()
+    watcher = cpu_watcher(sysfs, seen.set)
+    watcher.start()
+    try:
+        (sysfs / "devices/system/cpu/cpu5/topology/core_id").write_text("5\n")
+        assert not seen.wait(0.5), "a topology file is no CPU going online or offline"
+        added = sysfs / "devices/system/cpu/cpu99"
+        added.mkdir()
+        assert seen.wait(10)
+        seen.clear()
+        (added / "online").write_text("0\n")
+        assert seen.wait(10)
+    finally:
+        watcher.stop()

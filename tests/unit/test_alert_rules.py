@@ -24,14 +24,14 @@ from tests.unit.test_prometheus_rules import promtool
 
 
 @pytest.mark.parametrize(("rule", "broken"), [
-    ("rate(cmk_cpu_unheld_busy_seconds_total[5m]) > 0.1", "rate(cmk_cpu_unheld_busy_seconds_total[5m]) > 2"),
+    ("rate(cmk_pool_unheld_busy_seconds_total[5m]) > 0.1", "rate(cmk_pool_unheld_busy_seconds_total[5m]) > 2"),
     ('isolated="true"}[5m]) > 100', 'isolated="true"}[5m]) > 1000'),
     ("cmk_cpu_stats_up == 0", "cmk_cpu_stats_up == 2"),
     ('{reason="started_before_hook"} > 0', '{reason="started_before_hook"} > 2'),
     ('{reason="widened"} > 0', '{reason="widened"} > 1'),
     ("cmk_cgroup_scan_up == 0", "cmk_cgroup_scan_up == 2"),
-    ("sum by (instance, pool, numa_node) (rate(cmk_cpu_busy_seconds_total[5m]))",
-     "max by (instance, pool, numa_node) (rate(cmk_cpu_busy_seconds_total[5m]))"),
+    ("sum by (instance, pool, numa_node) (rate(cmk_pool_busy_seconds_total[5m]))",
+     "max by (instance, pool, numa_node) (rate(cmk_pool_busy_seconds_total[5m]))"),
 ])
 def test_the_rule_tests_fail_when_a_rule_is_broken(tmp_path, rule, broken):
     text = (RULES / "isolation-rules.yaml").read_text()

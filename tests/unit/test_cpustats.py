@@ -12,6 +12,7 @@ from deviceplugin.host.sysfs import discover
 from deviceplugin.model.cpustats import (
     DEVICE,
     LOCAL,
+    UNKNOWN_PLACE,
     CpuTimes,
     Place,
     Sample,
@@ -20,6 +21,9 @@ from deviceplugin.model.cpustats import (
     interrupt_kinds,
     parse_per_cpu_table,
     parse_stat,
+    place_groups,
+    place_kind_totals,
+    place_totals,
     places,
     pools_of,
     rates,
@@ -229,3 +233,25 @@ def test_usage_on_the_xeon_d_dump_with_known_counters(tmp_path):
     assert unknown["leaks"] == [] and {p["pool"]: p["unheld_busy_cpus"] for p in unknown["pools"]} == dict.fromkeys(
         ["exclusive", "shared", "infra"])
     assert render_usage(unknown)[-1] == "  note: the kubelet's pod resources could not be read: leaks unknown"
+
+
+# --- per-place sums (the default series) ------------------------------------------------------
+
+EXCL0, EXCL1, INFRA0 = Place("exclusive", "0", True), Place("exclusive", "1", True), Place("infra", "0", False)
+WHERE = {0: INFRA0, 1: EXCL0, 2: EXCL0, 3: EXCL1}
+
+
+def test_place_groups_list_each_places_cpus_in_label_order():
+    assert place_groups(WHERE) == {EXCL0: (1, 2), EXCL1: (3,), INFRA0: (0,)}
+
+
+def test_place_totals_sum_per_place_leave_out_places_without_values_and_keep_unknown_cpus():
+    groups = place_groups(WHERE)
+    assert place_totals(groups, {0: 1.5, 1: 2.0, 2: 0.5}) == {EXCL0: 2.5, INFRA0: 1.5}
+    assert place_totals(groups, {1: 1.0, 9: 4.0}) == {EXCL0: 1.0, UNKNOWN_PLACE: 4.0}
+
+
+def test_place_kind_totals_sum_each_kind_per_place():
+    counts = {0: {DEVICE: 1000, LOCAL: 5}, 1: {DEVICE: 7, LOCAL: 1}, 2: {DEVICE: 3, LOCAL: 1}}
+    assert place_kind_totals(place_groups(WHERE), counts) == {
+        (EXCL0, DEVICE): 10, (EXCL0, LOCAL): 2, (INFRA0, DEVICE): 1000, (INFRA0, LOCAL): 5}

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.synthetic_sysfs import SyntheticRoots, write_synthetic_sysfs
 from deviceplugin.errors import CmkError
-from deviceplugin.host.sysfs import discover, read_boot_settings
+from deviceplugin.host.sysfs import discover, online_cpus, read_boot_settings
 from pinner.cpulist import format_cpu_list
 
 
@@ -77,6 +77,7 @@ def test_without_cpu_online_the_per_cpu_online_files_decide(tmp_path: Path) -> N
     assert not _cpu(roots, "cpu0/online").exists()
     assert topology.online == {0, 1, 2}, "cpu0 has no online file but a topology/ folder"
     assert topology.offline == {3}
+    assert online_cpus(roots.sysfs) == {0, 1, 2}, "the hotplug re-read falls back the same way"
 
 
 def test_an_empty_cpu_online_file_falls_back_to_the_per_cpu_files(tmp_path: Path) -> None:
@@ -84,6 +85,7 @@ def test_an_empty_cpu_online_file_falls_back_to_the_per_cpu_files(tmp_path: Path
     _write(_cpu(roots, "online"), "")
     _write(_cpu(roots, "cpu2/online"), "0")
     assert discover(roots.sysfs, roots.procfs).online == {0, 1, 3}
+    assert online_cpus(roots.sysfs) == {0, 1, 3}
 
 
 def test_an_empty_per_cpu_online_file_means_online_when_topology_is_there(tmp_path: Path) -> None:

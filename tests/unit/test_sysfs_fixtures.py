@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from deviceplugin.host.sysfs import discover
+from deviceplugin.host.sysfs import discover, online_cpus
 from deviceplugin.model.topology import Topology
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.topologies import FIXTURES, fixture_copy
@@ -117,6 +117,12 @@ def test_online_cpus_match(folder: str) -> None:
         _check(folder, "online_cpus", format_cpu_list(topology.online), expected["online_cpus"])
     else:
         assert visible <= topology.online, "a cgroup only hides online CPUs"
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_the_online_cpus_alone_are_what_discovery_finds(folder: str) -> None:
+    """What the daemon re-reads on a hotplug event, instead of every CPU's placement."""
+    assert online_cpus(FIXTURES / folder / "sys") == _discovered(folder).online
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
