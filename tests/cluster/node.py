@@ -5,8 +5,8 @@ the kubelet, each started from the binaries ``.ci/build-cluster`` built (``CMK_C
 every state directory under one temporary directory. What upstream fixes elsewhere is listed in
 :data:`FIXED_PATHS`: the kubelet's device-plugin directory, containerd's shim sockets, CRI's
 network namespaces, the kubelet's container log links; teardown removes what the tier created
-there and nothing else. Why each setting is what it is: ``docs/real-cluster.md`` (shared) and the
-comments below; what differs from a production node: README "Tests".
+there and nothing else. Why each setting is what it is: the shared recipe ``real-cluster.md`` (in
+``../shared/docs``) and the comments below; what differs from a production node: README "Tests".
 
 A component that does not come up raises :class:`ComponentFailed` with the tail of its log, so the
 session fixture fails every test with the reason instead of skipping.
@@ -15,6 +15,7 @@ session fixture fails every test with the reason instead of skipping.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -607,6 +608,17 @@ def running_node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[
 
     ``logs`` (the components' logs) is outside the node's directory so that they outlive it.
     """
+    # one node per machine: the kubelet's device-plugin directory is fixed. The lock is on the shared
+    # build cache's directory itself, so it leaves no file behind.
+    lock = os.open(Path(bin_dir).resolve().parent.parent, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield from _node(bin_dir, logs, images)
+    finally:
+        os.close(lock)
+
+
+def _node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[Node]:
     node = Node(bin_dir, logs)
     try:
         node.up(images)
