@@ -86,16 +86,23 @@ class Deployment:
 
 
 def rollout(node: Node, timeout: int = 240) -> None:
-    """``kubectl rollout status`` of the DaemonSet; on failure the pods, events and kubelet log say why."""
+    """``kubectl rollout status`` of the DaemonSet, then the node's status catching up with the kubelet.
+
+    On failure the pods, events and components' logs say why.
+    """
     result = node.kubectl("-n", NAMESPACE, "rollout", "status", f"daemonset/{DAEMONSET}", f"--timeout={timeout}s",
                           check=False, timeout=timeout + 30)
     if result.returncode != 0:
         pods = node.kubectl("-n", NAMESPACE, "describe", "pods", check=False).stdout[-4000:]
         raise ComponentFailed(f"rollout of {DAEMONSET}: {result.stderr}\n{pods}\n{node.log_tails()}")
+    wait_for("the node's status shows the pools the kubelet registered", lambda: node_shows_registered(node), 90)
 
 
 def node_shows_registered(node: Node) -> bool:
-    """True once every resource the kubelet holds devices of (pod resources API) is in the node's capacity.
+    """True once the node's capacity and allocatable count each resource's devices as the kubelet does.
+
+    The kubelet's count is its pod resources API's (GetAllocatableResources), not the plan: the
+    tests compare the node's status with the plan.
 
     The DaemonSet is ready as soon as the kubelet holds each pool's stream; the node's status follows
     at the kubelet's next status update.
@@ -104,9 +111,10 @@ def node_shows_registered(node: Node) -> bool:
         allocatable = read_assignments(node.pod_resources_socket, timeout=2).allocatable or {}
     except Unavailable:
         return False
-    capacity = node.kubectl_json("get", "node", NODE_NAME)["status"].get("capacity", {})
-    held = {resource for resource, ids in allocatable.items() if ids}
-    return bool(held) and held <= set(capacity)
+    status = node.kubectl_json("get", "node", NODE_NAME)["status"]
+    held = {resource: str(len(ids)) for resource, ids in allocatable.items() if ids}
+    return bool(held) and all(status.get(part, {}).get(resource) == count for resource, count in held.items()
+                              for part in ("capacity", "allocatable"))
 
 
 @pytest.fixture(scope="session")
@@ -120,7 +128,6 @@ def deployed(node: Node) -> Deployment:
     node.kubectl("apply", "-k", str(overlay))
     node.kubectl("apply", "-k", str(DEPLOY / "admission"))
     rollout(node)
-    wait_for("the node's status shows the pools the kubelet registered", lambda: node_shows_registered(node), 90)
     described = node.kubectl("-n", NAMESPACE, "exec", f"daemonset/{DAEMONSET}", "-c", "daemon", "--", "cmk",
                              "describe", "--config", "/etc/cmk/config.yaml", "--output", "json",
                              "--usage-window", "0")

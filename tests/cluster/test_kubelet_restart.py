@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from deviceplugin.kubelet.podresources import Unavailable, read_assignments
-from tests.cluster.conftest import Deployment
+from tests.cluster.conftest import Deployment, node_shows_registered
 from tests.cluster.deploy import (
     PinnedState,
     container_ids,
@@ -58,6 +58,7 @@ def restart(deployed: Deployment) -> Iterator[Restart]:
     registered = time.monotonic() - started
     print(f"kubelet restart: every pool allocatable again {registered:.2f} s after the kubelet started")
     wait_for("node Ready again", node.node_ready, 120)
+    wait_for("the node's status shows the pools again", lambda: node_shows_registered(node), 90)
     yield Restart(before, pinned_state(node, name), registered)
     delete_pod(node, name)
 
