@@ -47,6 +47,7 @@ class CpuCollector:
         self._last: tuple[Sample, frozenset[int] | None] | None = None
         self._unheld = dict.fromkeys(sorted(self._exclusive), 0.0)
         self._error: str | None = None
+        self._masked: frozenset[str] = frozenset()
 
     def families(self, held: frozenset[int] | None) -> Iterator[Metric]:
         """The CPU families for one scrape; ``held`` is None when the kubelet's pod resources are away."""
@@ -61,6 +62,12 @@ class CpuCollector:
             yield up
             return
         self._error = None
+        if sample.masked and self._masked != sample.masked:  # once, not once per scrape
+            log.warning("CPU %s counters left out: the container runtime masks %s (Kubernetes' default "
+                        "maskedPaths); busy time and leaks are still measured",
+                        " and ".join(sorted(sample.masked)),
+                        " and ".join(str(self._procfs_root / name) for name in sorted(sample.masked)))
+        self._masked = sample.masked
         up.add_metric([], 1)
         yield up
         with self._lock:
