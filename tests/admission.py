@@ -448,7 +448,12 @@ def _evaluate(policy: Mapping[str, Any], data: dict[str, Any]) -> list[str]:
 
 
 def denials(objects: Sequence[Mapping[str, Any]], request: Request) -> list[str]:
-    """Every denial the cluster's policies give the request, as the API server words them, first one first."""
+    """Every denial the cluster's policies give the request, as the API server words them.
+
+    The API server reports one of them. Where several params of one binding deny (node groups'
+    ConfigMaps), which one it reports varies between requests (kube-apiserver v1.36.3, the
+    cluster tier): these are sorted by name, not in the server's order.
+    """
     policies = sorted((o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"), key=lambda o: o["metadata"]["name"])
     bindings = sorted((o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"),
                       key=lambda o: o["metadata"]["name"])

@@ -3,12 +3,14 @@
 The root is a parameter (like ``--sysfs-root``), so tests hand it copies with
 known counters. Every failure is a :class:`~deviceplugin.model.cpustats.StatsError`
 naming the file; callers decide whether that is fatal (it never is: the
-metrics report ``cmk_cpu_stats_up 0``, describe prints one line).
+metrics report ``cmk_cpu_stats_up 0``, describe prints one line). A table the container runtime
+masked is not a failure: :attr:`~deviceplugin.model.cpustats.Sample.masked` names it.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,9 +59,23 @@ def read_sample(procfs_root: Path, ticks_per_second: int = TICKS_PER_SECOND) -> 
     times = _parsed(procfs_root / "stat", lambda text: parse_stat(text, ticks_per_second))
     if not times:
         raise StatsError(f"{procfs_root / 'stat'} lists no cpuN line (is --procfs-root a procfs?)")
-    interrupts = _parsed(procfs_root / "interrupts", interrupt_kinds)
-    softirqs = _parsed(procfs_root / "softirqs", softirq_kinds)
-    return Sample(times, interrupts, softirqs)
+    masked = frozenset(name for name in ("interrupts", "softirqs") if _masked(procfs_root / name))
+    interrupts = {} if "interrupts" in masked else _parsed(procfs_root / "interrupts", interrupt_kinds)
+    softirqs = {} if "softirqs" in masked else _parsed(procfs_root / "softirqs", softirq_kinds)
+    return Sample(times, interrupts, softirqs, masked)
+
+
+def _masked(path: Path) -> bool:
+    """True for a character device where a procfs table should be: a runtime's mask (``/dev/null`` bound over it).
+
+    Kubernetes (1.36: ``pkg/securitycontext`` defaultMaskedPaths, kept in sync with moby) and
+    containerd 2.x mask ``/proc/interrupts`` in every container whose procMount is Default, the
+    DaemonSet's daemon included; /proc/stat is never masked, so busy time and leaks stay measurable.
+    """
+    try:
+        return stat.S_ISCHR(os.stat(path).st_mode)
+    except OSError:
+        return False  # reading it names the problem
 
 
 def sample_window(procfs_root: Path, seconds: float) -> tuple[Sample, Sample, float]:

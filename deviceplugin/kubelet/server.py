@@ -178,7 +178,20 @@ class PoolServer(pb_grpc.DevicePluginServicer):
             raise CmkError(problem)
         server.start()
         self._server = server
-        self.socket_inode = os.stat(self.socket_path).st_ino
+        self.socket_inode = self._bound_inode()
+
+    def _bound_inode(self) -> int | None:
+        """The inode of the socket just bound, or None if it is already gone.
+
+        A starting kubelet unlinks every socket in the directory before it listens on kubelet.sock;
+        a daemon that rebinds on seeing its socket go can lose the new one in between (seen with
+        kubelet 1.36: the daemon then served nothing until its liveness probe restarted it). Not
+        ours then: the watcher's SocketGone for it makes the daemon serve once more.
+        """
+        try:
+            return os.stat(self.socket_path).st_ino
+        except FileNotFoundError:
+            return None
 
     def socket_is_mine(self) -> bool:
         try:

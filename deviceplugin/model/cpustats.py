@@ -48,6 +48,9 @@ class Sample:
     times: Mapping[int, CpuTimes]
     interrupts: Mapping[int, Mapping[str, int]]  # cpu -> DEVICE/LOCAL -> count
     softirqs: Mapping[int, Mapping[str, int]]  # cpu -> DEVICE/LOCAL -> count
+    #: ``interrupts``/``softirqs`` the container runtime masked (``/dev/null`` over it, as Kubernetes'
+    #: default maskedPaths do to ``/proc/interrupts``): their counters are unknown, not 0
+    masked: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)  # one per CPU or core: no __dict__ each (8,192 CPUs)

@@ -128,7 +128,11 @@ def _runtime_config(host: HostOptions) -> tuple[DropIn, ...]:
     if "containerd" in host.runtimes:
         entry = json.dumps({"path": binary, "args": hook.node_wide_command_line(record), "timeout": 10})
         files.append(DropIn("/etc/containerd/config.toml",
-                            f"{header}# Merge into the handler that runs pods (runc here), then "
+                            f"{header}# First put the hook's binary on the node: `cmk install --install-dir "
+                            f"{host.install_dir} --config <the DaemonSet's config.yaml>`\n"
+                            "# (runc refuses every container whose hook binary is missing, the DaemonSet's own "
+                            "init container that installs it included).\n"
+                            "# Then merge this into the handler that runs pods (runc here) and "
                             "`systemctl restart containerd`.\n"
                             "# containerd 1.7 (config version 2):\n"
                             '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'

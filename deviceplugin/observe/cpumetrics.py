@@ -72,6 +72,7 @@ class CpuCollector:
         self._interrupts: dict[int, Mapping[str, int]] = {}
         self._softirqs: dict[int, Mapping[str, int]] = {}
         self._error: str | None = None
+        self._masked: frozenset[str] = frozenset()
 
     def info(self) -> Metric:
         """``cmk_cpu_info``: one series per CPU naming its place; fixed by the plan, so rendered once."""
@@ -95,6 +96,12 @@ class CpuCollector:
             yield up
             return
         self._error = None
+        if sample.masked and self._masked != sample.masked:  # once, not once per scrape
+            log.warning("CPU %s counters left out: the container runtime masks %s (Kubernetes' default "
+                        "maskedPaths); busy time and leaks are still measured",
+                        " and ".join(sorted(sample.masked)),
+                        " and ".join(str(self._procfs_root / name) for name in sorted(sample.masked)))
+        self._masked = sample.masked
         up.add_metric([], 1)
         yield up
         with self._lock:

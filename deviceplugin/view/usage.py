@@ -61,6 +61,7 @@ def usage_data(place: Mapping[int, Place], before: Sample, after: Sample, second
                         if cpu in place and (place[cpu].exclusive or place[cpu].isolated)
                         and r.interrupts.get(DEVICE, 0.0) > 0],
         "holdings_known": held is not None,
+        "masked": sorted(before.masked | after.masked),  # tables the runtime masked: unknown, not 0
     }
 
 
@@ -87,7 +88,8 @@ def render_usage(usage: Mapping[str, Any]) -> list[str]:
     for p in usage["pools"]:
         unheld = "-" if p["unheld_busy_cpus"] is None else f"{p['unheld_busy_cpus']:.2f}"
         held = "?" if p["held_cpus"] is None else (p["held_cpus"] or "-")
-        counts = [f"{p[f'{kind}_{what}_per_second']:g}" for what in ("interrupts", "softirqs") for kind in (DEVICE, LOCAL)]
+        counts = ["?" if what in usage["masked"] else f"{p[f'{kind}_{what}_per_second']:g}"
+                  for what in ("interrupts", "softirqs") for kind in (DEVICE, LOCAL)]
         rows.append([p["pool"], p["cpus"] or "-", f"{p['busy_cpus']:.2f}", *counts, held, unheld])
     lines += align_columns(rows, indent="  ")
     for leak in usage["leaks"]:
@@ -99,4 +101,7 @@ def render_usage(usage: Mapping[str, Any]) -> list[str]:
                      f"({where}): steer them away with /proc/irq/*/smp_affinity_list")
     if not usage["holdings_known"]:
         lines.append("  note: the kubelet's pod resources could not be read: leaks unknown")
+    for name in usage["masked"]:
+        lines.append(f"  note: /proc/{name} is masked by the container runtime (Kubernetes' default maskedPaths):"
+                     f" {name} unknown")
     return lines

@@ -147,6 +147,42 @@ def test_a_kubelet_starting_the_moment_the_sockets_are_bound_gets_every_pool(mak
         daemon.stop()
 
 
+def test_a_socket_the_starting_kubelet_unlinks_right_after_the_rebind_is_served_again(kubelet, plugin_dir, tmp_path,
+                                                                                       monkeypatch):
+    """A real kubelet 1.36 restarting unlinked the daemon's sockets one by one while the daemon, seeing the
+    first go, was already serving anew: one new socket was unlinked between its bind and the daemon's stat
+    of it. Before: that start raised, the daemon served nothing and waited for its liveness probe (63 s on
+    the cluster tier). The unlink is done here at that very point, once, as the kubelet's cleanup did."""
+    import deviceplugin.daemon as daemon_module
+    from deviceplugin.kubelet.server import PoolServer
+
+    unlinked: list[str] = []
+
+    class UnlinkedAfterBind(PoolServer):
+        def _bound_inode(self) -> int | None:
+            if restarting and not unlinked:
+                unlinked.append(self.socket_path.name)
+                self.socket_path.unlink()
+            return super()._bound_inode()
+
+    restarting = False
+    monkeypatch.setattr(daemon_module, "PoolServer", UnlinkedAfterBind)
+    daemon = cdi_daemon(plugin_dir, tmp_path)
+    daemon.start()
+    try:
+        wait_registered(kubelet, SERVED)
+        restarting = True
+        kubelet.stop()  # the old kubelet exits; the daemon's streams end and its Register retries fail
+        time.sleep(1.0)  # the new kubelet process starts a moment later (0.45 s on the cluster tier)
+        kubelet.restart()
+        wait_registered(kubelet, SERVED, count=2)
+        assert unlinked and sorted(our_sockets(plugin_dir)) == ["cmk-exclusive-cores.sock", "cmk-infra.sock",
+                                                                 "cmk-shared.sock"]
+        assert kubelet.violations() == []
+    finally:
+        daemon.stop()
+
+
 # --- the plugin directory re-made ------------------------------------------------------------------
 
 def test_the_plugin_directory_deleted_and_created_again_is_noticed(make_kubelet, plugin_dir, tmp_path):

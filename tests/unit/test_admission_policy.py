@@ -204,7 +204,7 @@ ACCEPTED = [
      lambda: [o for o in deployed() if o["kind"] != "ConfigMap"]),
 ]
 
-# (case, pod, objects, every denial the API server would give, first one first)
+# (case, pod, objects, every denial the API server would give, sorted by name; the API server names one of them)
 REFUSED = [
     ("one core, cpu 1: the common mistake", pod(container(**cores(1, "1"))), deployed,
      every_group("app", 1, 2)),

@@ -255,3 +255,25 @@ def test_place_kind_totals_sum_each_kind_per_place():
     counts = {0: {DEVICE: 1000, LOCAL: 5}, 1: {DEVICE: 7, LOCAL: 1}, 2: {DEVICE: 3, LOCAL: 1}}
     assert place_kind_totals(place_groups(WHERE), counts) == {
         (EXCL0, DEVICE): 10, (EXCL0, LOCAL): 2, (INFRA0, DEVICE): 1000, (INFRA0, LOCAL): 5}
+
+
+def test_a_masked_interrupts_table_leaves_only_its_counters_out(tmp_path):
+    """Kubernetes 1.36 and containerd 2.x bind /dev/null over /proc/interrupts in every container (the
+    DaemonSet's daemon too, seen on the cluster tier): busy time and leaks must survive it."""
+    place = xeon_d_places(tmp_path)
+    before_dir, after_dir = tmp_path / "before", tmp_path / "after"
+    write_counters(before_dir, {c: Known(user=100, idle=900) for c in range(16)})
+    write_counters(after_dir, {c: Known(user=100, idle=1000, device_irqs=400) for c in range(16)}
+                   | {1: Known(user=180, idle=920, device_irqs=400)})
+    for root in (before_dir, after_dir):
+        (root / "interrupts").unlink()
+        (root / "interrupts").symlink_to("/dev/null")  # what the runtime's mask looks like: a character device
+    before, after = read_sample(before_dir, 100), read_sample(after_dir, 100)
+    assert (after.masked, after.interrupts, after.times[1]) == (frozenset({"interrupts"}), {}, CpuTimes(1.8, 11.0))
+    usage = usage_data(place, before, after, 2.0, held=frozenset({0, 8, 3, 11}))
+    assert usage["masked"] == ["interrupts"] and usage["interrupted"] == []
+    assert usage["leaks"] == [{"cpu": 1, "pool": "exclusive", "busy_percent": 80.0}]
+    lines = render_usage(usage)
+    assert lines[2].split() == ["exclusive", "0-2,8-10", "0.80", "?", "?", "0", "0", "0,8", "0.80"]
+    assert lines[-1] == ("  note: /proc/interrupts is masked by the container runtime (Kubernetes' default"
+                         " maskedPaths): interrupts unknown")

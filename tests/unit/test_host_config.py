@@ -230,6 +230,8 @@ def test_each_runtime_gets_the_node_wide_hook_cmk_install_declares():
     assert ('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
             '  base_runtime_spec = "/etc/containerd/cmk-base-spec.json"\n') in toml
     assert '# [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n' in toml  # containerd 2.x
+    # the base spec names the binary from the start: it must be installed before containerd restarts
+    assert toml.index("`cmk install --install-dir /usr/local/cmk") < toml.index("systemctl restart containerd")
     entry = json.loads(files["/etc/containerd/cmk-base-spec.json"].splitlines()[-1])
     assert entry == {"path": "/usr/local/cmk/cmk", "args": ["cmk", "hook", "--node-wide=/usr/local/cmk/cmk-infra-cpus"],
                      "timeout": 10}

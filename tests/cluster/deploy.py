@@ -1,0 +1,252 @@
+"""The product on the real node, deployed as README's user deploys it, and what the tests read back.
+
+The test overlay of ``deploy/base`` changes only what an operator changes for a node: the image
+name and pull policy (the image is imported, there is no registry), the node-local paths (the
+node's directories are the tier's own; the kubelet's device-plugin directory stays where upstream
+fixes it) and the node group's threads per core (one per core on this machine). It is derived
+from the rendered base, so a path added to the base is moved too, and :func:`overlay_changes`
+says exactly what differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deviceplugin.kubelet.podresources import read_assignments
+from tests.cluster.node import BUSYBOX_IMAGE, NODE_NAME, Node
+from tests.e2e.podman import cgroup_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+NAMESPACE = "cmk-system"
+DAEMONSET = "cmk-deviceplugin"
+RESOURCE_PREFIX = "cmk.intel.com/"
+PRODUCT_PREFIX = "localhost/cmk-deviceplugin:"
+
+
+def node_paths(node: Node) -> dict[str, str]:
+    """The base's node-local paths and where they are on this node (longest first: prefixes nest)."""
+    paths = {
+        "/opt/bin": str(node.install_dir),
+        "/etc/containers/oci/hooks.d": str(node.path("hooks.d")),
+        "/var/run/cdi": str(node.cdi_dir),
+        "/var/lib/kubelet/pod-resources": str(node.kubelet_root / "pod-resources"),
+        "/etc/kubernetes/node-feature-discovery/features.d": str(node.path("nfd-features.d")),
+    }
+    return dict(sorted(paths.items(), key=lambda item: -len(item[0])))
+
+
+def moved(value: str, paths: dict[str, str]) -> str:
+    for old, new in paths.items():
+        if value == old or value.startswith(old + "/"):
+            return new + value[len(old):]
+        if "=" in value and value.split("=", 1)[1].startswith(old):  # --flag=/path
+            flag, rest = value.split("=", 1)
+            return f"{flag}={moved(rest, paths)}"
+    return value
+
+
+def _patch_ops(obj: Any, paths: dict[str, str], pointer: str = "") -> list[dict[str, Any]]:
+    """JSON patch ops moving every string that names a node-local path."""
+    ops: list[dict[str, Any]] = []
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        here = f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}"
+        if isinstance(value, str):
+            if moved(value, paths) != value:
+                ops.append({"op": "replace", "path": here, "value": moved(value, paths)})
+        else:
+            ops += _patch_ops(value, paths, here)
+    return ops
+
+
+def render(directory: Path, node: Node) -> list[dict[str, Any]]:
+    result = node.kubectl("kustomize", str(directory))
+    return [doc for doc in _yaml_docs(result.stdout) if doc]
+
+
+def _yaml_docs(text: str) -> list[Any]:
+    import yaml
+    return list(yaml.safe_load_all(text))
+
+
+def write_overlay(node: Node, image: str, threads_per_core: int) -> Path:
+    """The test overlay of ``deploy/base`` in the node's directory; returns its directory."""
+    base = render(DEPLOY / "base", node)
+    (daemonset,) = [o for o in base if o["kind"] == "DaemonSet"]
+    paths = node_paths(node)
+    ops = _patch_ops(daemonset["spec"], paths, "/spec")
+    pod = daemonset["spec"]["template"]["spec"]
+    for kind in ("initContainers", "containers"):
+        for index, _ in enumerate(pod.get(kind, [])):
+            ops.append({"op": "replace", "path": f"/spec/template/spec/{kind}/{index}/imagePullPolicy",
+                        "value": "Never"})
+    overlay = node.path("overlay")
+    overlay.mkdir()
+    name, _, tag = image.rpartition(":")
+    (overlay / "kustomization.yaml").write_text(json.dumps({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY / "base", overlay)],  # kustomize refuses absolute roots
+        "images": [{"name": "cmk-deviceplugin", "newName": name, "newTag": tag}],
+        "patches": [{"target": {"kind": "DaemonSet", "name": DAEMONSET}, "patch": json.dumps(ops)}],
+        "configMapGenerator": [{"name": "cmk-node-group", "behavior": "merge",
+                                "literals": [f"threads-per-core={threads_per_core}"],
+                                "options": {"disableNameSuffixHash": True}}],
+    }, indent=2))
+    return overlay
+
+
+def overlay_changes(node: Node, overlay: Path) -> list[tuple[str, Any, Any]]:
+    """Every leaf that differs between the rendered base and the overlay: (``kind/name:pointer``, base, overlay)."""
+    def leaves(obj: Any, pointer: str = "") -> dict[str, Any]:
+        if isinstance(obj, dict):
+            return {k: v for key, value in obj.items() for k, v in leaves(value, f"{pointer}/{key}").items()}
+        if isinstance(obj, list):
+            return {k: v for i, value in enumerate(obj) for k, v in leaves(value, f"{pointer}/{i}").items()}
+        return {pointer: obj}
+
+    def flat(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {f"{d['kind']}/{d['metadata']['name']}:{p}": v for d in docs for p, v in leaves(d).items()}
+
+    before, after = flat(render(DEPLOY / "base", node)), flat(render(overlay, node))
+    return sorted((k, before.get(k), after.get(k)) for k in before.keys() | after.keys()
+                  if before.get(k) != after.get(k))
+
+
+# --- reading the node back --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """One running container as the host sees it."""
+
+    pid: int
+    cpus_allowed: str  # Cpus_allowed_list of its first process
+    cpuset: str  # its cpuset cgroup's cpuset.cpus
+    spec: dict[str, Any]  # the OCI config.json containerd gave runc
+
+
+def container_ids(node: Node, namespace: str, pod: str) -> dict[str, str]:
+    """Container name -> containerd ID, from the pod's status."""
+    status = node.kubectl_json("-n", namespace, "get", "pod", pod)["status"]
+    return {c["name"]: c["containerID"].split("://", 1)[1] for c in status.get("containerStatuses", [])
+            if c.get("containerID")}
+
+
+def view(node: Node, container_id: str) -> ContainerView:
+    tasks = node.ctr("tasks", "ls").stdout.splitlines()[1:]
+    (pid,) = [int(line.split()[1]) for line in tasks if line.split()[0] == container_id]
+    status = Path(f"/proc/{pid}/status").read_text()
+    allowed = next(line.split(":", 1)[1].strip() for line in status.splitlines()
+                   if line.startswith("Cpus_allowed_list"))
+    cpuset = (cgroup_dir(pid, "cpuset") / "cpuset.cpus").read_text().strip()
+    bundle = node.path("containerd", "state", "io.containerd.runtime.v2.task", "k8s.io", container_id, "config.json")
+    return ContainerView(pid, allowed, cpuset, json.loads(bundle.read_text()))
+
+
+def devices_of(node: Node, namespace: str, pod: str) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Container -> resource -> device IDs, from the kubelet's pod resources API."""
+    found: dict[str, dict[str, tuple[str, ...]]] = {}
+    for holding in read_assignments(node.pod_resources_socket, allocatable=False).holdings:
+        if holding.namespace == namespace and holding.pod == pod:
+            found.setdefault(holding.container, {})[holding.resource] = holding.device_ids
+    return found
+
+
+def describe_node(node: Node) -> str:
+    return node.kubectl("describe", "node", NODE_NAME).stdout
+
+
+def describe_section(text: str, title: str) -> dict[str, list[str]]:
+    """``kubectl describe node``'s ``title:`` block as resource -> its columns."""
+    lines = text.splitlines()
+    start = lines.index(f"{title}:") + 1
+    rows: dict[str, list[str]] = {}
+    for line in lines[start:]:
+        if line and not line.startswith(" "):
+            break
+        cells = line.split()
+        if cells and cells[0] not in ("Resource", "--------"):
+            rows[cells[0].rstrip(":")] = cells[1:]
+    return rows
+
+
+def workload_pod(manifest: dict[str, Any], served: set[str], threads_per_core: int) -> dict[str, Any]:
+    """A shipped example made runnable here: the local busybox image, containers only for pools this node
+    serves, and the exclusive containers' cpu sized to this node's threads per core (the example says
+    "cpu = its hardware threads (2 on SMT machines)")."""
+    pod = json.loads(json.dumps(manifest))
+    kept = []
+    for container in pod["spec"]["containers"]:
+        limits = container["resources"]["limits"]
+        wanted = {r for r in limits if r.startswith(RESOURCE_PREFIX)}
+        if not wanted <= served:
+            continue
+        container["image"] = BUSYBOX_IMAGE
+        container["imagePullPolicy"] = "Never"
+        cores = sum(int(limits[r]) for r in wanted if "exclusive" in r)
+        if cores:
+            for part in ("requests", "limits"):
+                container["resources"][part]["cpu"] = str(cores * threads_per_core)
+        kept.append(container)
+    pod["spec"]["containers"] = kept
+    return pod
+
+
+def cdi_device_name(resource: str, device_id: str) -> str:
+    """The CDI device (its name in the daemon's spec) an Allocate answer names for one device: README "The CDI hook"."""
+    return device_id if "exclusive" in resource else resource.removeprefix(RESOURCE_PREFIX)
+
+
+def cdi_spec(node: Node) -> dict[str, Any]:
+    """The daemon's CDI spec in the directory that is containerd's only ``cdi_spec_dirs`` entry."""
+    (path,) = node.cdi_dir.glob("cmk.intel.com-cpus.json")
+    spec: dict[str, Any] = json.loads(path.read_text())
+    return spec
+
+
+def start_pod(node: Node, manifest: dict[str, Any], timeout: int = 120) -> str:
+    """Create ``manifest`` (namespace default) and wait until it is Ready; returns its name."""
+    name = str(manifest["metadata"]["name"])
+    node.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    result = node.kubectl("wait", "--for=condition=Ready", f"pod/{name}", f"--timeout={timeout}s", check=False,
+                          timeout=timeout + 30)
+    if result.returncode != 0:
+        described = node.kubectl("describe", "pod", name, check=False).stdout[-3000:]
+        raise AssertionError(f"pod {name} not Ready: {result.stderr}\n{described}")
+    return name
+
+
+def delete_pod(node: Node, name: str) -> None:
+    node.kubectl("delete", "pod", name, "--ignore-not-found", "--grace-period=1", "--wait=true", "--timeout=120s",
+                 timeout=150)
+
+
+def example(name: str) -> dict[str, Any]:
+    import yaml
+    manifest: dict[str, Any] = yaml.safe_load((DEPLOY / "examples" / name).read_text())
+    return manifest
+
+
+@dataclass(frozen=True)
+class PinnedState:
+    """What a pinned pod's containers are at one moment: process, affinity and cpuset each, and restarts."""
+
+    containers: dict[str, tuple[int, str, str]]  # name -> (pid, Cpus_allowed_list, cpuset.cpus)
+    restarts: int
+
+
+def pinned_state(node: Node, pod: str) -> PinnedState:
+    status = node.kubectl_json("get", "pod", pod)["status"]
+    seen = {c: view(node, i) for c, i in container_ids(node, "default", pod).items()}
+    return PinnedState({c: (v.pid, v.cpus_allowed, v.cpuset) for c, v in seen.items()},
+                       sum(c["restartCount"] for c in status["containerStatuses"]))
+
+
+def start_pinned_pod(node: Node, served: set[str], threads_per_core: int) -> str:
+    """deploy/examples' CDI-only pod (an unmodified command on one exclusive core), Ready."""
+    return start_pod(node, workload_pod(example("pod-cdi-only.yaml"), served, threads_per_core))

@@ -1,0 +1,633 @@
+"""A real one-machine Kubernetes node for the cluster tier: upstream binaries, this machine's kernel.
+
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd (+ runc, CNI bridge) and
+the kubelet, each started from the binaries ``.ci/build-cluster`` built (``CMK_CLUSTER_BIN``), with
+every state directory under one temporary directory. What upstream fixes elsewhere is listed in
+:data:`FIXED_PATHS`: the kubelet's device-plugin directory, containerd's shim sockets, CRI's
+network namespaces, the kubelet's container log links; teardown removes what the tier created
+there and nothing else. Why each setting is what it is: the shared recipe ``real-cluster.md`` (in
+``../shared/docs``) and the comments below; what differs from a production node: README "Tests".
+
+A component that does not come up raises :class:`ComponentFailed` with the tail of its log, so the
+session fixture fails every test with the reason instead of skipping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NODE_NAME = "cmk-cluster-node"
+#: a private /24 nobody else on these machines uses, on a bridge of our own
+POD_SUBNET = "10.213.7.0/24"
+BRIDGE = "cmkc0"
+SERVICE_RANGE = "10.213.8.0/24"
+PAUSE_IMAGE = "localhost/cmk-cluster/pause:3.10"
+BUSYBOX_IMAGE = "localhost/cmk-cluster/busybox:static"
+CGROUP_V1 = Path("/sys/fs/cgroup")
+#: Paths upstream does not let us move. Teardown removes each one the tier created (it did not exist
+#: before the node came up); one that existed is left, minus the entries the tier added.
+FIXED_PATHS = (
+    Path("/var/lib/kubelet"),  # pluginapi.DevicePluginPath is a constant: /var/lib/kubelet/device-plugins
+    Path("/run/containerd"),  # containerd-shim-runc-v2 sockets (/run/containerd/s/...)
+    Path("/var/run/netns"),  # CRI's pod network namespaces (pkg/netns: a constant)
+    Path("/var/log/containers"),  # the kubelet's container log links (a constant)
+    Path("/var/lib/cni"),  # libcni's result cache
+    Path("/run/nri"),
+    Path("/etc/cni"),
+    Path("/opt/cni"),
+    Path("/opt/containerd"),
+    Path("/etc/containerd"),
+)
+#: sysctls the kubelet sets at start (setupKernelTunables, protectKernelDefaults false); restored after
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+                   "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
+
+
+class ComponentFailed(Exception):
+    """A component did not start or the node did not become usable; the message holds its log tail."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as err:
+        return f"(no log: {err})"
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float, *, alive: Callable[[], None] | None = None,
+             interval: float = 0.5) -> None:
+    """Poll ``check`` until it holds; ``alive`` raises if the component died meanwhile (no point waiting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if alive is not None:
+            alive()
+        try:
+            if check():
+                return
+        except (OSError, subprocess.SubprocessError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:g} s")
+        time.sleep(interval)
+
+
+def iptables_chains() -> set[tuple[str, str, str]]:
+    """(tool, table, chain) of every iptables and ip6tables chain, to remove the ones a component adds."""
+    found = set()
+    for tool in ("iptables", "ip6tables"):
+        if shutil.which(f"{tool}-save") is None:
+            continue
+        table = ""
+        for line in subprocess.run([f"{tool}-save"], capture_output=True, text=True, check=False).stdout.splitlines():
+            if line.startswith("*"):
+                table = line[1:]
+            elif line.startswith(":"):
+                found.add((tool, table, line[1:].split()[0]))
+    return found
+
+
+def nft_tables() -> set[str]:
+    """``nft list tables`` lines (``table ip filter``); empty without nft."""
+    if shutil.which("nft") is None:
+        return set()
+    listing = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=False).stdout
+    return {line.strip() for line in listing.splitlines() if line.startswith("table ")}
+
+
+@dataclass
+class Process:
+    """One component: its command line, its log, its process (stopped by the pid recorded here)."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.popen = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                          start_new_session=True)
+
+    def check_alive(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            code = None if self.popen is None else self.popen.returncode
+            raise ComponentFailed(f"{self.name} exited (status {code}); last lines of {self.log}:\n{tail(self.log)}")
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(10)
+
+
+@dataclass
+class Node:
+    """The node's directories, identities and processes. :meth:`up` starts it, :meth:`down` removes it."""
+
+    bin: Path
+    logs: Path
+    base: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cmk-cluster-")))
+    processes: dict[str, Process] = field(default_factory=dict)
+    created: list[Path] = field(default_factory=list)
+    sysctls: dict[str, str] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    product_image: str = ""  # the imported cmk-deviceplugin image
+    chains: set[tuple[str, str, str]] = field(default_factory=set)  # iptables chains before the kubelet
+    nft_tables: set[str] = field(default_factory=set)  # the nf_tables tables iptables-nft showed before
+
+    # --- where things live ---------------------------------------------------------------------
+
+    def path(self, *parts: str) -> Path:
+        return self.base.joinpath(*parts)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.path("pki", "admin.kubeconfig")
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.path("containerd", "containerd.sock")
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.path("kubelet")
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.kubelet_root / "pod-resources" / "kubelet.sock"
+
+    @property
+    def install_dir(self) -> Path:
+        """The node's ``/opt/bin``: the pinner, the infra record (DaemonSet hostPath, containerd's hook path)."""
+        return self.path("opt-bin")
+
+    @property
+    def cdi_dir(self) -> Path:
+        """The node's ``/var/run/cdi``: containerd's only ``cdi_spec_dirs`` entry and the daemon's ``--cdi-dir``."""
+        return self.path("cdi")
+
+    # --- commands ------------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+                                capture_output=True, text=True, input=input, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: status {result.returncode}\n{result.stderr}")
+        return result
+
+    def kubectl_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([str(self.bin / "ctr"), "--address", str(self.containerd_socket), "-n", "k8s.io",
+                                 *args], capture_output=True, text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"ctr {' '.join(args)}: status {result.returncode}\n{result.stderr}")
+        return result
+
+    # --- bring-up ------------------------------------------------------------------------------
+
+    def up(self, images: Sequence[Path]) -> None:
+        """Start every component in order and wait until the node is Ready; ``images`` are archives to import."""
+        for fixed in FIXED_PATHS:
+            if not fixed.exists():
+                self.created.append(fixed)
+        for name in KUBELET_SYSCTLS:
+            with contextlib.suppress(OSError):
+                self.sysctls[name] = Path("/proc/sys", name).read_text().strip()
+        for name in ("etcd", "etcd-peer", "apiserver", "kubelet", "kubelet-healthz"):
+            self.ports[name] = free_port()
+        self.chains, self.nft_tables = iptables_chains(), nft_tables()
+        self._pki()
+        self._etcd()
+        self._apiserver()
+        self._controllers()
+        self._containerd()
+        for archive in images:
+            self.ctr("images", "import", "--local", str(archive))
+        self._kubelet()
+
+    def _openssl(self, *args: str) -> None:
+        result = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise ComponentFailed(f"openssl {' '.join(args)}: {result.stderr}")
+
+    def _pki(self) -> None:
+        """A CA, the API server's serving cert, its kubelet-client cert, the service-account keys, static tokens."""
+        pki = self.path("pki")
+        pki.mkdir(parents=True)
+        ca_key, ca = pki / "ca.key", pki / "ca.crt"
+        self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
+                      "-days", "2", "-subj", "/CN=cmk-cluster-ca")
+        for name, subject, extensions in (
+            ("apiserver", "/CN=kube-apiserver",
+             (f"subjectAltName=IP:127.0.0.1,DNS:localhost,IP:{SERVICE_RANGE.rsplit('.', 1)[0]}.1,"
+              "DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth")),
+            ("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client",
+             "extendedKeyUsage=clientAuth"),
+        ):
+            ext = pki / f"{name}.ext"
+            ext.write_text(extensions + "\n")
+            self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pki / f"{name}.key"),
+                          "-out", str(pki / f"{name}.csr"), "-subj", subject)
+            self._openssl("x509", "-req", "-in", str(pki / f"{name}.csr"), "-CA", str(ca), "-CAkey", str(ca_key),
+                          "-CAcreateserial", "-out", str(pki / f"{name}.crt"), "-days", "2", "-extfile", str(ext))
+        self._openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
+        self._openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+        users = {  # token file: token,user,uid,"group1,group2"
+            "admin": ("kubernetes-admin", "system:masters"),
+            "controller-manager": ("system:kube-controller-manager", ""),
+            "scheduler": ("system:kube-scheduler", ""),
+            "kubelet": (f"system:node:{NODE_NAME}", "system:nodes"),
+        }
+        lines = []
+        for name, (user, groups) in users.items():
+            self.tokens[name] = secrets.token_hex(16)
+            lines.append(f'{self.tokens[name]},{user},{user},"{groups}"')
+        (pki / "tokens.csv").write_text("\n".join(lines) + "\n")
+        for name in users:
+            (pki / f"{name}.kubeconfig").write_text(json.dumps({
+                "apiVersion": "v1", "kind": "Config", "current-context": "cmk",
+                "clusters": [{"name": "cmk", "cluster": {
+                    "server": f"https://127.0.0.1:{self.ports['apiserver']}", "certificate-authority": str(ca)}}],
+                "users": [{"name": name, "user": {"token": self.tokens[name]}}],
+                "contexts": [{"name": "cmk", "context": {"cluster": "cmk", "user": name}}],
+            }))
+
+    def _start(self, name: str, argv: list[str]) -> Process:
+        process = Process(name, argv, self.logs / f"{name}.log")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.processes[name] = process
+        process.start()
+        return process
+
+    def _wait(self, process: Process, what: str, check: Callable[[], bool], timeout: float) -> None:
+        try:
+            wait_for(what, check, timeout, alive=process.check_alive)
+        except TimeoutError as err:
+            raise ComponentFailed(f"{process.name}: {err}; last lines of {process.log}:\n{tail(process.log)}") from None
+
+    def _etcd(self) -> None:
+        client, peer = (f"http://127.0.0.1:{self.ports[p]}" for p in ("etcd", "etcd-peer"))
+        process = self._start("etcd", [
+            str(self.bin / "etcd"), "--name=cmk", f"--data-dir={self.path('etcd')}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=cmk={peer}", "--unsafe-no-fsync", "--log-level=warn",
+        ])
+
+        def healthy() -> bool:
+            import urllib.request
+            with urllib.request.urlopen(f"{client}/health", timeout=2) as answer:
+                return bool(json.load(answer).get("health") == "true")
+        self._wait(process, "etcd /health", healthy, 60)
+
+    def _apiserver(self) -> None:
+        pki = self.path("pki")
+        process = self._start("kube-apiserver", [
+            str(self.bin / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.ports['apiserver']}",
+            f"--cert-dir={pki}", f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}", f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={pki / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc", f"--service-cluster-ip-range={SERVICE_RANGE}",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            # a real cluster allows privileged pods (the admission table has some); the loopback
+            # address cannot be the kubernetes Service's endpoint, so no endpoint reconciler
+            "--allow-privileged=true", "--endpoint-reconciler-type=none",
+            # exec and logs reach the kubelet by the node's address: its name resolves nowhere here
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+        ])
+        self._wait(process, "kube-apiserver /readyz",
+                   lambda: self.kubectl("get", "--raw", "/readyz", check=False, timeout=10).stdout == "ok", 120)
+
+    def _controllers(self) -> None:
+        pki = self.path("pki")
+        manager = self._start("kube-controller-manager", [
+            str(self.bin / "kube-controller-manager"), f"--kubeconfig={pki / 'controller-manager.kubeconfig'}",
+            "--leader-elect=false", "--use-service-account-credentials=true", "--secure-port=0",
+            f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}", f"--cluster-signing-key-file={pki / 'ca.key'}",
+        ])
+        scheduler = self._start("kube-scheduler", [
+            str(self.bin / "kube-scheduler"), f"--kubeconfig={pki / 'scheduler.kubeconfig'}",
+            "--leader-elect=false", "--secure-port=0",
+        ])
+        # the service-account controller's first object: proof the controller manager is working
+        self._wait(manager, "ServiceAccount default/default",
+                   lambda: self.kubectl("-n", "default", "get", "serviceaccount", "default", check=False).returncode == 0,
+                   90)
+        scheduler.check_alive()
+
+    def _containerd(self) -> None:
+        """containerd with CDI on (only our spec dir), runc under cgroupfs, our CNI conflist and sandbox image."""
+        d = self.path("containerd")
+        (d / "opt").mkdir(parents=True)
+        self.path("cni", "net.d").mkdir(parents=True)
+        self.cdi_dir.mkdir()
+        self.install_dir.mkdir()
+        self.path("cni", "net.d", "10-cmk-cluster.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0", "name": "cmk-cluster",
+            "plugins": [{"type": "bridge", "bridge": BRIDGE, "isGateway": False, "ipMasq": False,
+                         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]],
+                                  "dataDir": str(self.path("cni", "ipam"))}}],
+        }))
+        self._install_pinner()
+        self._node_wide_hook_spec(d / "cmk-base-spec.json")
+        runtime = 'plugins."io.containerd.cri.v1.runtime"'
+        (d / "config.toml").write_text(f"""\
+version = 3
+root = "{d / 'root'}"
+state = "{d / 'state'}"
+[grpc]
+  address = "{self.containerd_socket}"
+[ttrpc]
+  address = "{d / 'containerd.sock.ttrpc'}"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d / 'opt'}"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+[{runtime}]
+  # this machine's bounding set lacks CAP_SYS_RESOURCE, so nothing may lower an oom_score_adj and runc
+  # fails every sandbox (the kubelet's -998): keep each score at or above containerd's own
+  restrict_oom_score_adj = true
+  enable_cdi = true
+  cdi_spec_dirs = ["{self.cdi_dir}"]
+[{runtime}.cni]
+  bin_dirs = ["/usr/lib/cni"]
+  conf_dir = "{self.path('cni', 'net.d')}"
+[{runtime}.containerd]
+  default_runtime_name = "runc"
+[{runtime}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  # README "Every container confined": the node-wide hook through the handler's base spec
+  base_runtime_spec = "{d / 'cmk-base-spec.json'}"
+[{runtime}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+  BinaryName = "{shutil.which('runc') or 'runc'}"
+  Root = "{d / 'runc'}"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+""")
+        process = self._start("containerd", [str(self.bin / "containerd"), f"--config={d / 'config.toml'}",
+                                             "--log-level=info"])
+        self._wait(process, "containerd answering", lambda: self.ctr("version", check=False).returncode == 0, 60)
+
+    def _install_pinner(self) -> None:
+        """README's order for containerd: the hook's binary on the node before the base spec names it."""
+        import sys
+        root = Path(__file__).resolve().parents[2]
+        result = subprocess.run([sys.executable, "-m", "deviceplugin", "install", "--install-dir", str(self.install_dir),
+                                 "--config", str(root / "deploy" / "base" / "config.yaml")],
+                                cwd=root, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise ComponentFailed(f"cmk install on the node: {result.stderr}")
+
+    def _node_wide_hook_spec(self, target: Path) -> None:
+        """What README tells a containerd user: ``ctr oci spec``, plus ``cmk host-config``'s hook entry."""
+        spec = json.loads(subprocess.run([str(self.bin / "ctr"), "oci", "spec"], capture_output=True, text=True,
+                                         check=True).stdout)
+        spec.setdefault("hooks", {}).setdefault("createRuntime", []).append(self.host_config_hook())
+        target.write_text(json.dumps(spec, indent=2))
+
+    def host_config_hook(self) -> dict[str, Any]:
+        """The hook entry ``cmk host-config --runtime containerd`` prints for this node's install dir."""
+        import sys
+        result = subprocess.run([sys.executable, "-m", "deviceplugin", "host-config", "--runtime", "containerd",
+                                 "--install-dir", str(self.install_dir), "--output", "json"],
+                                capture_output=True, text=True, check=True)
+        (entry,) = [f for f in json.loads(result.stdout)["runtime_config"] if f["path"].endswith("base-spec.json")]
+        (line,) = [x for x in entry["content"].splitlines() if x.startswith("{")]
+        hook: dict[str, Any] = json.loads(line)
+        return hook
+
+    def _kubelet(self) -> None:
+        root = self.kubelet_root
+        root.mkdir()
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "cgroupDriver": "cgroupfs",  # no systemd here
+            "failSwapOn": False, "failCgroupV1": False,  # this machine: swap unknown, cgroup v1 hybrid
+            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,  # imported images stay
+            "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                             "nodefs.inodesFree": "1%"},
+            "protectKernelDefaults": False, "readOnlyPort": 0,
+            "port": self.ports["kubelet"], "healthzPort": self.ports["kubelet-healthz"],
+            "healthzBindAddress": "127.0.0.1",
+            "cpuManagerPolicy": "none",  # cmk host-config's kubelet setting
+            "podLogsDir": str(self.path("pod-logs")),
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                               "x509": {"clientCAFile": str(self.path("pki", "ca.crt"))}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "shutdownGracePeriod": "0s", "resolvConf": "/etc/resolv.conf",
+        }
+        (root / "config.yaml").write_text(json.dumps(config, indent=2))
+        self.start_kubelet()
+        kubelet = self.processes["kubelet"]
+        self._wait(kubelet, f"node {NODE_NAME} Ready", self.node_ready, 180)
+
+    def start_kubelet(self) -> None:
+        root = self.kubelet_root
+        self._start("kubelet", [
+            str(self.bin / "kubelet"), f"--config={root / 'config.yaml'}", f"--root-dir={root}",
+            f"--kubeconfig={self.path('pki', 'kubelet.kubeconfig')}", f"--hostname-override={NODE_NAME}",
+            f"--cert-dir={root / 'pki'}", "--v=2",
+        ])
+
+    def restart_kubelet(self) -> float:
+        """Stop the kubelet (SIGTERM, as systemd does) and start it again; returns the monotonic start time."""
+        self.processes["kubelet"].stop()
+        started = time.monotonic()
+        self.start_kubelet()
+        return started
+
+    def node_ready(self) -> bool:
+        result = self.kubectl("get", "node", NODE_NAME, "-o",
+                              "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False, timeout=10)
+        return result.stdout == "True"
+
+    def log_tails(self) -> str:
+        return "\n".join(f"--- {p.name} ({p.log})\n{tail(p.log, 15)}" for p in self.processes.values())
+
+    # --- teardown ------------------------------------------------------------------------------
+
+    def down(self) -> list[str]:
+        """Remove everything the tier made; returns what it could not remove (the fixture reports it)."""
+        problems: list[str] = []
+        kubelet = self.processes.get("kubelet")
+        if kubelet is not None and kubelet.popen is not None and kubelet.popen.poll() is None:
+            # the kubelet stops its pods itself (CNI DEL, volumes, cgroups) while it still runs
+            self.kubectl("delete", "daemonsets", "--all", "--all-namespaces", "--wait=false", check=False, timeout=60)
+            self.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force",
+                         "--wait=false", check=False, timeout=60)
+            with contextlib.suppress(TimeoutError):
+                wait_for("every pod stopped", lambda: not self.ctr("tasks", "ls", "-q", check=False).stdout.split(),
+                         60)
+        for name in ("kubelet", "kube-scheduler", "kube-controller-manager"):
+            if name in self.processes:
+                self.processes[name].stop()
+        if "containerd" in self.processes:
+            self._remove_containers(problems)
+            self.processes["containerd"].stop()
+        for name in ("kube-apiserver", "etcd"):
+            if name in self.processes:
+                self.processes[name].stop()
+        self._kill_leftovers(problems)
+        self._unmount(problems)
+        self._remove_cgroups(problems)
+        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+        self._remove_chains(problems)
+        for name, value in self.sysctls.items():
+            with contextlib.suppress(OSError):
+                Path("/proc/sys", name).write_text(value)
+        self._remove_files(problems)
+        return problems
+
+    def _remove_containers(self, problems: list[str]) -> None:
+        """Every task killed and every container and sandbox removed through containerd (the kubelet is gone)."""
+        tasks = self.ctr("tasks", "ls", "-q", check=False).stdout.split()
+        for task in tasks:
+            self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
+        for task in tasks:
+            for _ in range(50):
+                if self.ctr("tasks", "delete", task, check=False).returncode == 0:
+                    break
+                time.sleep(0.2)
+        for container in self.ctr("containers", "ls", "-q", check=False).stdout.split():
+            self.ctr("containers", "rm", container, check=False)
+        for sandbox in self.ctr("sandboxes", "ls", "-q", check=False).stdout.split():
+            self.ctr("sandboxes", "rm", "--force", sandbox, check=False)
+
+    def _kill_leftovers(self, problems: list[str]) -> None:
+        """Processes (shims, a component that ignored SIGTERM) whose command line names this node's directory.
+
+        Only those: the binaries' directory is shared by every session on the machine, the node's
+        directory is this session's alone.
+        """
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(self.base) in cmdline:
+                problems.append(f"process {proc.name} ({cmdline[:120]}) was still running: killed")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(proc.name), signal.SIGKILL)
+
+    def _unmount(self, problems: list[str]) -> None:
+        """Every mount under our directories and the fixed ones we created, deepest first."""
+        roots = (str(self.base), "/var/lib/kubelet", "/run/containerd", "/var/run/netns", "/run/netns")
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4] for line in f]
+        for point in sorted({p for p in points if p.startswith(roots)}, key=len, reverse=True):
+            if subprocess.run(["umount", point], capture_output=True, check=False).returncode != 0:
+                subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+    def _remove_cgroups(self, problems: list[str]) -> None:
+        """The kubelet's ``kubepods`` cgroups in every v1 hierarchy and the unified one, leaf first."""
+        for hierarchy in CGROUP_V1.iterdir():
+            top = hierarchy / "kubepods"
+            if not top.is_dir():
+                continue
+            for directory, _, _ in os.walk(top, topdown=False):
+                try:
+                    Path(directory).rmdir()
+                except OSError as err:
+                    problems.append(f"cgroup {directory}: {err.strerror}")
+
+    def _remove_chains(self, problems: list[str]) -> None:
+        """The chains the kubelet added (its KUBE-*-CANARY chains), and the rules jumping to them."""
+        for tool, table, chain in sorted(iptables_chains() - self.chains):
+            rules = subprocess.run([f"{tool}-save", "-t", table], capture_output=True, text=True,
+                                   check=False).stdout.splitlines()
+            for rule in rules:
+                if rule.startswith("-A ") and f"-j {chain}" in rule:
+                    subprocess.run([tool, "-t", table, "-D", *rule[3:].split()], capture_output=True, check=False)
+            subprocess.run([tool, "-t", table, "-F", chain], capture_output=True, check=False)
+            if subprocess.run([tool, "-t", table, "-X", chain], capture_output=True, check=False).returncode != 0:
+                problems.append(f"{tool} chain {table}/{chain} could not be removed")
+        for table in sorted(nft_tables() - self.nft_tables):  # the kubelet's probes create whole (empty) tables
+            if subprocess.run(["nft", "delete", *table.split()], capture_output=True, check=False).returncode:
+                problems.append(f"nft {table} could not be removed")
+
+    def _remove_files(self, problems: list[str]) -> None:
+        for fixed in self.created:
+            if fixed.exists() or fixed.is_symlink():
+                shutil.rmtree(fixed, ignore_errors=True)
+        links = Path("/var/log/containers")
+        if links.is_dir():
+            for link in links.iterdir():
+                if link.is_symlink() and os.readlink(link).startswith(str(self.base)):
+                    link.unlink()
+        shutil.rmtree(self.base, ignore_errors=True)
+        for leftover in [*self.created, self.base]:
+            if leftover.exists():
+                problems.append(f"{leftover} could not be removed")
+
+
+@contextlib.contextmanager
+def running_node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[Node]:
+    """A node that is up for the ``with`` body and gone after, whatever happened during bring-up.
+
+    ``logs`` (the components' logs) is outside the node's directory so that they outlive it.
+    """
+    # one node per machine: the kubelet's device-plugin directory is fixed. The lock is on the shared
+    # build cache's directory itself, so it leaves no file behind.
+    lock = os.open(Path(bin_dir).resolve().parent.parent, os.O_RDONLY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield from _node(bin_dir, logs, images)
+    finally:
+        os.close(lock)
+
+
+def _node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[Node]:
+    node = Node(bin_dir, logs)
+    try:
+        node.up(images)
+    except BaseException:
+        node.down()
+        raise
+    try:
+        yield node
+    finally:
+        problems = node.down()
+        if problems:
+            raise AssertionError("teardown left things behind:\n" + "\n".join(problems))
