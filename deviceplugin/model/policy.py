@@ -107,7 +107,6 @@ class CoreIndex:
     place: Mapping[str, tuple[Cell, int]]
     #: cell -> its devices in rank order
     members: Mapping[Cell, tuple[str, ...]]
-    cores: Mapping[str, Core]
 
 
 def index_cores(cores: Mapping[str, Core]) -> CoreIndex:
@@ -119,8 +118,7 @@ def index_cores(cores: Mapping[str, Core]) -> CoreIndex:
         cell = (_node_key(cores[device]), _l3_key(cores[device]))
         place[device] = (cell, rank)
         members.setdefault(cell, []).append(device)
-    return CoreIndex(MappingProxyType(place), MappingProxyType({c: tuple(m) for c, m in members.items()}),
-                     cores)
+    return CoreIndex(MappingProxyType(place), MappingProxyType({c: tuple(m) for c, m in members.items()}))
 
 
 def _fewest_nodes(per_node: Mapping[int, int], mandatory: Collection[int], count: int) -> int:
