@@ -33,7 +33,7 @@ from typing import Any
 NODE_NAME = "cmk-cluster-node"
 #: a private /24 nobody else on these machines uses, on a bridge of our own
 POD_SUBNET = "10.213.7.0/24"
-BRIDGE = "cmkc0"
+MACHINE_LOCK = Path("/var/lib")
 SERVICE_RANGE = "10.213.8.0/24"
 PAUSE_IMAGE = "localhost/cmk-cluster/pause:3.10"
 BUSYBOX_IMAGE = "localhost/cmk-cluster/busybox:static"
@@ -161,6 +161,11 @@ class Node:
     nft_tables: set[str] = field(default_factory=set)  # the nf_tables tables iptables-nft showed before
 
     # --- where things live ---------------------------------------------------------------------
+
+    @property
+    def bridge(self) -> str:
+        """This node's CNI bridge, named after its directory (at most 15 characters): teardown removes only it."""
+        return "cmk" + self.base.name.removeprefix("cmk-cluster-").replace("_", "")[:12]
 
     def path(self, *parts: str) -> Path:
         return self.base.joinpath(*parts)
@@ -357,7 +362,7 @@ class Node:
         self.install_dir.mkdir()
         self.path("cni", "net.d", "10-cmk-cluster.conflist").write_text(json.dumps({
             "cniVersion": "1.0.0", "name": "cmk-cluster",
-            "plugins": [{"type": "bridge", "bridge": BRIDGE, "isGateway": False, "ipMasq": False,
+            "plugins": [{"type": "bridge", "bridge": self.bridge, "isGateway": False, "ipMasq": False,
                          "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]],
                                   "dataDir": str(self.path("cni", "ipam"))}}],
         }))
@@ -510,7 +515,7 @@ state = "{d / 'state'}"
         self._kill_leftovers(problems)
         self._unmount(problems)
         self._remove_cgroups(problems)
-        subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
         self._remove_chains(problems)
         for name, value in self.sysctls.items():
             with contextlib.suppress(OSError):
@@ -608,14 +613,19 @@ def running_node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[
 
     ``logs`` (the components' logs) is outside the node's directory so that they outlive it.
     """
-    # one node per machine: the kubelet's device-plugin directory is fixed. The lock is on the shared
-    # build cache's directory itself, so it leaves no file behind.
-    lock = os.open(Path(bin_dir).resolve().parent.parent, os.O_RDONLY)
-    fcntl.flock(lock, fcntl.LOCK_EX)
+    # One node per machine: the kubelet's device-plugin directory, the pod cgroups and the netns
+    # directory are the machine's. The lock is on the directory that holds /var/lib/kubelet, the same
+    # for every session whatever binaries it runs, and leaves no file behind.
+    # Sessions of before took the build cache's directory instead: taken too, first, so that they
+    # and this one exclude each other as well.
+    locks = [os.open(path, os.O_RDONLY) for path in (Path(bin_dir).resolve().parent.parent, MACHINE_LOCK)]
     try:
+        for lock in locks:
+            fcntl.flock(lock, fcntl.LOCK_EX)
         yield from _node(bin_dir, logs, images)
     finally:
-        os.close(lock)
+        for lock in locks:
+            os.close(lock)
 
 
 def _node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[Node]:
