@@ -125,6 +125,7 @@ def _hook_lines() -> list[str]:
         f"#define HOOK_RECORD_HINT {c_string(hook.RECORD_HINT)}",
         f"#define HOOK_CONFINED_CGROUP {c_string(hook.CONFINED_CGROUP)}",
         f"#define HOOK_MAX_POD_CHILDREN {hook.MAX_POD_CHILDREN}",
+        "#define HOOK_SANDBOX_ANNOTATIONS " + ", ".join(c_string(key) for key in hook.SANDBOX_ANNOTATIONS),
         "",
         f"static const char HOOK_HELP[] =\n    {c_string(contract.HOOK_HELP)};",
     ]

@@ -19,6 +19,10 @@ RECORD_NAME = "cmk-infra-cpus"
 #: and may write its cpuset.cpus, but never past its parent's (``docs/hook.md``, "The bound").
 CONFINED_CGROUP = "cmk-confined"
 
+#: The config.json annotations in which the runtime names the pod's sandbox container (containerd, CRI-O): the
+#: hook confines an unconfined sandbox to the container's CPUs, so the pod's cgroup can be narrowed.
+SANDBOX_ANNOTATIONS = ("io.kubernetes.cri.sandbox-id", "io.kubernetes.cri-o.SandboxID")
+
 #: The most child cgroups of a pod's cgroup the hook reads to narrow it; a pod holds one per container.
 MAX_POD_CHILDREN = 1024
 

@@ -1950,7 +1950,61 @@ static void widen_pod(int parentfd, const char *effective, const cpuset *cpus, c
  * containers were given. A child without CPUs of its own (v2: the pod's; v1: not set up yet) leaves the pod
  * as it is, and so does a pod without cpuset files. A pod that is the hierarchy's root is never touched. Since the kubelet frees devices only with the pod, the
  * union never holds CPUs another pod was given since. */
-static int bound_pod(int parentfd, const char *pod, const char *effective)
+/* The pod sandbox's container ID as the runtime wrote it into the container's config.json annotations
+ * (containerd, CRI-O), or NULL: only a 64-hex ID is taken, since it names a directory below the pod. */
+static const char *sandbox_id(const jval *config)
+{
+    static const char *const keys[] = {HOOK_SANDBOX_ANNOTATIONS};
+    const jval *annotations = j_get(config, "annotations");
+    for (size_t k = 0; annotations && annotations->type == J_OBJECT && k < sizeof keys / sizeof *keys; k++) {
+        const jval *id = j_get(annotations, keys[k]);
+        if (!id || id->type != J_STRING || id->len != 64)
+            continue;
+        size_t hex = 0;
+        while (hex < 64 && ((id->text[hex] >= '0' && id->text[hex] <= '9') || (id->text[hex] >= 'a' && id->text[hex] <= 'f')))
+            hex++;
+        if (hex == 64)
+            return id->text;
+    }
+    return NULL;
+}
+
+/* 1 if the cgroup directory name is the one a runtime gives the container id: <id>, cri-containerd-<id>.scope,
+ * crio-<id>(.scope), docker-<id>.scope. */
+static int names_container(const char *name, const char *id)
+{
+    static const char *const prefixes[] = {"", "cri-containerd-", "crio-", "docker-"};
+    for (size_t p = 0; p < sizeof prefixes / sizeof *prefixes; p++) {
+        size_t n = strlen(prefixes[p]);
+        if (!strncmp(name, prefixes[p], n) && !strncmp(name + n, id, 64) &&
+            (!name[n + 64] || !strcmp(name + n + 64, ".scope")))
+            return 1;
+    }
+    return 0;
+}
+
+/* The pod's sandbox (pause) container, when no hook confined it: containerd builds its spec from its own
+ * defaults, without the base spec's node-wide hook. It only sleeps, so it gets this container's CPUs, and
+ * the pod can then be narrowed. A failure leaves it as it was, and the pod unnarrowed. */
+static void confine_sandbox(int child, const cpuset *cpus)
+{
+    struct stat st;
+    if (!fstatat(child, HOOK_CONFINED_CGROUP, &st, AT_SYMLINK_NOFOLLOW))
+        return; /* a hook ran for it (CRI-O's hooks.d reaches sandboxes): already confined */
+    str list = {0};
+    s_ranges(&list, cpus);
+    s_add(&list, "\n");
+    int fd = open_regular(child, "cpuset.cpus", O_WRONLY | O_TRUNC);
+    if (fd >= 0) {
+        if (write_all(fd, list.p, list.len)) {
+            /* left as it was */
+        }
+        close(fd);
+    }
+    free(list.p);
+}
+
+static int bound_pod(int parentfd, const char *pod, const char *effective, const char *sandbox, const cpuset *cpus)
 {
     cpuset own = {0}, children = {0};
     struct stat st;
@@ -1972,6 +2026,8 @@ static int bound_pod(int parentfd, const char *pod, const char *effective)
             continue;
         cpuset one = {0};
         int child = openat(parentfd, d->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (child >= 0 && sandbox && names_container(d->d_name, sandbox))
+            confine_sandbox(child, cpus);
         whole = child >= 0 && !read_cpus_at(child, "cpuset.cpus", &one) && ++seen <= HOOK_MAX_POD_CHILDREN;
         if (child >= 0)
             close(child);
@@ -1995,7 +2051,7 @@ static int bound_pod(int parentfd, const char *pod, const char *effective)
 
 static int confine_below(int dirfd, const struct cgroup *cg, const cpuset *cpus);
 
-static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
+static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus, const char *sandbox)
 {
     str file = {0}, parent = {0}, text = {0};
     struct stat st;
@@ -2069,7 +2125,7 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus)
     if (!status)
         status = confine_below(dirfd, cg, cpus);
     if (!status && strrchr(cg->path.p, '/') != cg->path.p) /* the parent is not the hierarchy's root */
-        status = bound_pod(parentfd, pod.p, effective);
+        status = bound_pod(parentfd, pod.p, effective, sandbox, cpus);
     close(parentfd);
     close(dirfd);
     return status;
@@ -2294,7 +2350,7 @@ static int hook(int argc, char **argv)
         return status;
     }
     container_cgroup(&cg);
-    if ((status = confine_cgroup(&cg, in.pid, &entries.cpus)) || (status = confine_tasks(proc_root, in.pid, &entries.cpus)))
+    if ((status = confine_cgroup(&cg, in.pid, &entries.cpus, sandbox_id(&config))) || (status = confine_tasks(proc_root, in.pid, &entries.cpus)))
         return status;
     if (entries.count && entries.exclusive == entries.count)
         return remove_quota(proc_root, in.pid, &cg);

@@ -121,6 +121,7 @@ static const char HELP[] =
 #define HOOK_RECORD_HINT "the device plugin and 'cmk install' write it atomically as one cpu list; run 'cmk install' with the daemon's plan flags again, or delete the file to let containers start unconfined until the daemon writes it"
 #define HOOK_CONFINED_CGROUP "cmk-confined"
 #define HOOK_MAX_POD_CHILDREN 1024
+#define HOOK_SANDBOX_ANNOTATIONS "io.kubernetes.cri.sandbox-id", "io.kubernetes.cri-o.SandboxID"
 
 static const char HOOK_HELP[] =
     "usage: cmk hook --cpus=LIST [--exclusive] [--proc-root=DIR] [--cgroup-root=DIR] < OCI-STATE\n"

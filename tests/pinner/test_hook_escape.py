@@ -11,6 +11,7 @@ these tests can fail.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -127,3 +128,29 @@ def test_a_later_container_widens_the_pod_by_its_own_cpus(native_cmk: Path, tmp_
             result = run_hook(native_cmk, state(init2.pid, tmp_path / "b"), f"--cpus={other}")
             assert (result.returncode, result.stderr) == (0, b"")
             assert (read_cpus(second / "cpuset.cpus"), read_cpus(pod_cgroup / "cpuset.cpus")) == (other, everything)
+
+
+def test_an_unconfined_sandbox_named_by_the_runtime_gets_the_containers_cpus_and_the_pod_is_narrowed(
+        native_cmk: Path, attacker: Path, tmp_path: Path) -> None:
+    """containerd gives pause containers no base-spec hook: the annotation it writes names the sandbox."""
+    cpu, _, everything = two_cpus()
+    sandbox_id = "5a" * 32
+    write_config(tmp_path, [cpu])
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["annotations"] = {hook.SANDBOX_ANNOTATIONS[0]: sandbox_id}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with cpuset_cgroup() as pod_cgroup, cpuset_cgroup(pod_cgroup) as container, \
+            waiting_in(container, ["true"]) as init:
+        sandbox = pod_cgroup / sandbox_id
+        sandbox.mkdir()
+        try:
+            (sandbox / "cpuset.mems").write_text(read_cpus(pod_cgroup / "cpuset.mems"))
+            (sandbox / "cpuset.cpus").write_text(everything)  # born with the pod's CPUs: every one
+            result = run_hook(native_cmk, state(init.pid, tmp_path), f"--cpus={cpu}")
+            assert (result.returncode, result.stderr) == (0, b"")
+            assert (read_cpus(sandbox / "cpuset.cpus"), read_cpus(pod_cgroup / "cpuset.cpus")) == (cpu, cpu)
+            with waiting_in(container, [str(attacker), "clone"]) as joined:
+                attempt = release(joined)
+            assert (attempt.steps["mount"], attempt.affinity) == ("ok", cpu), attempt
+        finally:
+            sandbox.rmdir()
