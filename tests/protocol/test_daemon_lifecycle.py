@@ -102,6 +102,9 @@ def test_one_pool_refused_by_the_kubelet_does_not_hold_the_others_up(make_kubele
         daemon.start()
         try:
             wait_registered(kubelet, {SHARED, INFRA})
+            # the daemon records a pool once its Register returned, which can follow the kubelet's snapshot
+            kubelet.wait_for(lambda: daemon.registered_resources() == {SHARED, INFRA},
+                             what="the daemon's view: the two pools registered")
             assert registrations(kubelet, refused) == 0 and daemon.registered_resources() == {SHARED, INFRA}
         finally:
             daemon.stop()
