@@ -1936,20 +1936,14 @@ static void widen_pod(int parentfd, const char *effective, const cpuset *cpus, c
     s_ranges(&list, &own);
     s_add(&list, "\n");
     int fd = open_regular(parentfd, "cpuset.cpus", O_WRONLY | O_TRUNC);
-    if (fd >= 0 && !write_all(fd, list.p, list.len) && !close(fd))
+    int written = fd >= 0 && !write_all(fd, list.p, list.len);
+    if (fd >= 0 && close(fd))
+        written = 0;
+    if (written)
         *allowed = own;
-    else if (fd >= 0)
-        close(fd);
     free(list.p);
 }
 
-/* Narrows the pod's cgroup (parentfd, the container's parent) to the union of its children's CPUs. A
- * process that joins the container later (kubectl exec: runc and crun put it in the container's own cgroup,
- * not below it) sees that cgroup as its root when it makes a cgroup namespace, and the pod is its bound:
- * with every child confined (the sandbox too, by the node-wide hook), no more than what the pod's
- * containers were given. A child without CPUs of its own (v2: the pod's; v1: not set up yet) leaves the pod
- * as it is, and so does a pod without cpuset files. A pod that is the hierarchy's root is never touched. Since the kubelet frees devices only with the pod, the
- * union never holds CPUs another pod was given since. */
 /* The pod sandbox's container ID as the runtime wrote it into the container's config.json annotations
  * (containerd, CRI-O), or NULL: only a 64-hex ID is taken, since it names a directory below the pod. */
 static const char *sandbox_id(const jval *config)
@@ -2004,6 +1998,14 @@ static void confine_sandbox(int child, const cpuset *cpus)
     free(list.p);
 }
 
+/* Narrows the pod's cgroup (parentfd, the container's parent) to the union of its children's CPUs. A
+ * process that joins the container later (kubectl exec: runc and crun put it in the container's own cgroup,
+ * not below it) sees that cgroup as its root when it makes a cgroup namespace, and the pod is its bound:
+ * with every child confined (the sandbox by the node-wide hook, or here when the runtime names it), no
+ * more than what the pod's containers were given. Since the kubelet frees devices only with the pod, the
+ * union never holds CPUs another pod was given since. A child without CPUs of its own (v2: the pod's; v1:
+ * not set up yet) leaves the pod as it is, and so does a pod without cpuset files; the caller never passes
+ * the hierarchy's root. */
 static int bound_pod(int parentfd, const char *pod, const char *effective, const char *sandbox, const cpuset *cpus)
 {
     cpuset own = {0}, children = {0};
