@@ -1915,6 +1915,21 @@ static int read_cpus_at(int dirfd, const char *name, cpuset *cpus)
     return bad || cs_empty(cpus) ? -1 : 0;
 }
 
+/* Writes cpus to the cpuset.cpus below dirfd where a failure is no refusal (the caller goes on as before):
+ * 0, or -1 with the cgroup as it was. */
+static int try_write_cpus(int dirfd, const cpuset *cpus)
+{
+    str list = {0};
+    s_ranges(&list, cpus);
+    s_add(&list, "\n");
+    int fd = open_regular(dirfd, "cpuset.cpus", O_WRONLY | O_TRUNC);
+    int bad = fd < 0 || write_all(fd, list.p, list.len);
+    if (fd >= 0 && close(fd))
+        bad = 1;
+    free(list.p);
+    return bad ? -1 : 0;
+}
+
 /* Gives the pod's cgroup (parentfd) the container's CPUs it lacks, when the pod's own parent has them: an
  * earlier hook narrowed the pod to the containers it had then (bound_pod), and this container's devices are
  * the kubelet's to hand out. allowed becomes the pod's CPUs; nothing changes if anything is amiss (the
@@ -1932,16 +1947,8 @@ static void widen_pod(int parentfd, const char *effective, const cpuset *cpus, c
         return;
     for (size_t i = 0; i < MASK_WORDS; i++)
         own.w[i] |= cpus->w[i];
-    str list = {0};
-    s_ranges(&list, &own);
-    s_add(&list, "\n");
-    int fd = open_regular(parentfd, "cpuset.cpus", O_WRONLY | O_TRUNC);
-    int written = fd >= 0 && !write_all(fd, list.p, list.len);
-    if (fd >= 0 && close(fd))
-        written = 0;
-    if (written)
+    if (!try_write_cpus(parentfd, &own))
         *allowed = own;
-    free(list.p);
 }
 
 /* The pod sandbox's container ID as the runtime wrote it into the container's config.json annotations
@@ -1985,17 +1992,9 @@ static void confine_sandbox(int child, const cpuset *cpus)
     struct stat st;
     if (!fstatat(child, HOOK_CONFINED_CGROUP, &st, AT_SYMLINK_NOFOLLOW))
         return; /* a hook ran for it (CRI-O's hooks.d reaches sandboxes): already confined */
-    str list = {0};
-    s_ranges(&list, cpus);
-    s_add(&list, "\n");
-    int fd = open_regular(child, "cpuset.cpus", O_WRONLY | O_TRUNC);
-    if (fd >= 0) {
-        if (write_all(fd, list.p, list.len)) {
-            /* left as it was */
-        }
-        close(fd);
+    if (try_write_cpus(child, cpus)) {
+        /* left as it was */
     }
-    free(list.p);
 }
 
 /* Narrows the pod's cgroup (parentfd, the container's parent) to the union of its children's CPUs. A
@@ -2084,8 +2083,10 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus,
         s_add(&msg, " has no cpuset.cpus: enable the cpuset controller in its parent's cgroup.subtree_control");
         return fail(HOOK_EXIT_NO_CGROUP);
     }
-    parent_path(cg->dir.p, &parent);
+    str pod = {0};
+    parent_path(cg->dir.p, &pod);
     const char *effective = cg->v2 ? "cpuset.cpus.effective" : "cpuset.effective_cpus";
+    s_add(&parent, pod.p);
     s_add(&parent, "/");
     s_add(&parent, effective);
     cpuset allowed = {0}, outside = {0};
@@ -2121,8 +2122,6 @@ static int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus,
         s_add(&msg, "): the pools' CPUs must stay within the pods' cgroup");
         return fail(HOOK_EXIT_OUTSIDE);
     }
-    str pod = {0};
-    parent_path(cg->dir.p, &pod);
     int status = write_cpus(dirfd, file.p, cpus);
     if (!status)
         status = confine_below(dirfd, cg, cpus);
