@@ -124,8 +124,8 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         self._install_dir = install_dir
         self._cdi = cdi
         self._prefer = prefer
-        self._devices = devices
-        # The policy's view of the cores, built with each snapshot: no call pays for the machine's size.
+        # The devices with the policy's view of their cores, built with each snapshot and swapped as one:
+        # no call pays for the machine's size, and none sees devices of one snapshot with another's index.
         self._snapshot = (devices, index_cores(devices.cores))
         self._version = 0
         self._stopped = False
@@ -137,11 +137,11 @@ class PoolServer(pb_grpc.DevicePluginServicer):
 
     @property
     def devices(self) -> PoolDevices:
-        return self._devices
+        return self._snapshot[0]
 
     @property
     def resource(self) -> str:
-        return self._devices.resource
+        return self.devices.resource
 
     @property
     def opened(self) -> int:
@@ -167,7 +167,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         except OSError as err:
             raise CmkError(f"{problem} ({err.strerror})") from None
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS,
-                                                        thread_name_prefix=f"cmk-{self._devices.pool}"))
+                                                        thread_name_prefix=f"cmk-{self.devices.pool}"))
         pb_grpc.add_DevicePluginServicer_to_server(self, server)
         health_pb2_grpc.add_HealthServicer_to_server(_Health(self), server)
         try:
@@ -202,7 +202,6 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     def update(self, devices: PoolDevices) -> None:
         snapshot = (devices, index_cores(devices.cores))  # outside the lock: streams wait on it
         with self._changed:
-            self._devices = devices
             self._snapshot = snapshot
             self._version += 1
             self._changed.notify_all()
@@ -224,7 +223,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     # --- DevicePlugin service -------------------------------------------------------------
 
     def GetDevicePluginOptions(self, request: pb.Empty, context: grpc.ServicerContext) -> pb.DevicePluginOptions:
-        return options_message(self._devices)
+        return options_message(self.devices)
 
     def ListAndWatch(self, request: pb.Empty, context: grpc.ServicerContext) -> Iterator[pb.ListAndWatchResponse]:
         def wake() -> None:
@@ -251,7 +250,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                     self._changed.wait_for(ready)
                     if self._stopped or replaced() or not context.is_active():
                         return
-                    sent, devices = self._version, self._devices
+                    sent, devices = self._version, self.devices
                 yield list_message(devices)
         finally:  # also when grpc closes the generator because the kubelet went away mid-yield
             with self._changed:
@@ -288,7 +287,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
 
     def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:
         start = time.perf_counter()
-        devices = self._devices
+        devices = self.devices
         pool = str(devices.pool)
         responses = []
         for req in request.container_requests:
