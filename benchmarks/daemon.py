@@ -48,7 +48,8 @@ EXCLUSIVE = RESOURCE_NAMES[Pool.EXCLUSIVE]
 def start_daemon(plugin_dir: Path, *roots: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "deviceplugin", "device-plugin", "--kubelet-dir", str(plugin_dir), *roots,
-         "--cdi-dir", str(plugin_dir / "cdi"), "--log-level", "WARNING"],
+         "--cdi-dir", str(plugin_dir / "cdi"), "--log-level", "WARNING",
+         "--no-infra-record", "--no-nfd"],  # never the host's /opt/bin/cmk-infra-cpus or features.d
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.DEVNULL,
     )
 
