@@ -46,20 +46,33 @@ def registry_of(daemon: Daemon, kubelet: Kubelet, confinement: UnconfinedCollect
     return Metrics(collector, daemon.tree).registry
 
 
+def xeon_d_daemon(kubelet: Kubelet, start_daemon, tmp_path: Path) -> tuple[Path, Path, Daemon]:  # noqa: F811
+    """(sysfs, procfs, the daemon serving them) on a copy of the Xeon D dump (isolcpus=0-3,8-11), its three pools
+    registered."""
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    daemon = start_daemon(sysfs, procfs, num_exclusive_cores=3, num_shared_cores=1)
+    wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
+    return sysfs, procfs, daemon
+
+
+def cpuset_root(sysfs: Path) -> Path:
+    """A cgroup v1 cpuset hierarchy under the dump, holding all 16 CPUs and no container yet."""
+    root = sysfs / "fs/cgroup/cpuset"
+    root.mkdir(parents=True)
+    (root / "cpuset.effective_cpus").write_text("0-15\n")
+    return root
+
+
 def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_hold(kubelet: Kubelet,
                                                                                      start_daemon,  # noqa: F811
                                                                                      tmp_path):
-    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
-    daemon = start_daemon(sysfs, procfs, num_exclusive_cores=3, num_shared_cores=1)
-    wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
+    sysfs, procfs, daemon = xeon_d_daemon(kubelet, start_daemon, tmp_path)
     registry = registry_of(daemon, kubelet, UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan),
                                                                 rescan_seconds=0))  # every scrape walks: the tree changes
     samples = parse(generate_latest(registry).decode())
     assert samples[UP] == 0 and COUNT not in samples and WIDENED not in samples  # no cgroup tree: left out, not 0
 
-    root = sysfs / "fs/cgroup/cpuset"
-    root.mkdir(parents=True)
-    (root / "cpuset.effective_cpus").write_text("0-15\n")
+    root = cpuset_root(sysfs)
     container(root, "a" * 64, range(16))  # born before the hook: the whole node
     container(root, "b" * 64, daemon.plan.cpus(Pool.INFRA))  # the infra record
     pod = kubelet.admit(PodSpec("mixed", containers=(ContainerSpec("fwd", limits={EXCLUSIVE: 1, INFRA: 1}),)))
@@ -84,12 +97,8 @@ def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_
 def test_a_scrape_reuses_the_last_walk_until_the_holdings_change_or_it_is_stale(kubelet: Kubelet,
                                                                                 start_daemon,  # noqa: F811
                                                                                 tmp_path):
-    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
-    daemon = start_daemon(sysfs, procfs, num_exclusive_cores=3, num_shared_cores=1)
-    wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
-    root = sysfs / "fs/cgroup/cpuset"
-    root.mkdir(parents=True)
-    (root / "cpuset.effective_cpus").write_text("0-15\n")
+    sysfs, _, daemon = xeon_d_daemon(kubelet, start_daemon, tmp_path)
+    root = cpuset_root(sysfs)
     container(root, "a" * 64, range(16))
     now = [0.0]
     registry = registry_of(daemon, kubelet, UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan),
