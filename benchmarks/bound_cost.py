@@ -1,6 +1,6 @@
 """What the hook's bound costs: container start with this tree's hook beside the hook of an earlier commit.
 
-The bound (``docs/hook.md``) adds a cgroup below the container's, a move of
+The bound (``docs/design/hook.md``) adds a cgroup below the container's, a move of
 its processes and a read of the pod's children to every confined start. Both
 hooks are built here (the earlier one from ``git show REV:pinner/native/``,
 with the same flags), each behind a CDI device of its own, and ``podman run

@@ -1,6 +1,6 @@
 """The supervisor: plans the pools once, serves each as a device plugin, and reacts to events.
 
-Why it works this way: ``docs/daemon.md``.
+Why it works this way: ``docs/design/daemon.md``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``cmk hook``: the OCI hook the CDI spec adds, confining a container to its CPUs.
 
-Why it works this way: ``docs/hook.md``.
+Why it works this way: ``docs/design/hook.md``.
 """
 
 #: The command line the CDI spec gives the runtime (argv[0] first, as OCI hooks take it), before ``--cpus``.
@@ -16,7 +16,7 @@ RECORD_NAME = "cmk-infra-cpus"
 #: The cgroup the hook creates below the container's own and moves its processes into. The container's own
 #: cgroup, narrowed to its CPUs, is then the bound of whatever the container does to the cgroup it is in: a
 #: root process that makes a cgroup namespace and mounts the hierarchy there sees its own cgroup as the root,
-#: and may write its cpuset.cpus, but never past its parent's (``docs/hook.md``, "The bound").
+#: and may write its cpuset.cpus, but never past its parent's (``docs/design/hook.md``, "The bound").
 CONFINED_CGROUP = "cmk-confined"
 
 #: The config.json annotations in which the runtime names the pod's sandbox container (containerd, CRI-O): the

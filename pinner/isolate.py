@@ -1,6 +1,6 @@
 """``cmk isolate``: confine a command to the CPUs of one pool, then become it.
 
-Why it works this way: ``docs/pinner.md``.
+Why it works this way: ``docs/design/pinner.md``.
 """
 
 import errno

@@ -3,7 +3,7 @@
 The expressions run on Google's CEL implementation (``cel-expr-python``, the cel-cpp runtime).
 What Kubernetes adds on top of CEL is ported here from its source, never loosened:
 
-Why it works this way: ``docs/tests-admission.md``.
+Why it works this way: ``docs/design/tests-admission.md``.
 """
 
 from __future__ import annotations

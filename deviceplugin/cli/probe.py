@@ -1,7 +1,7 @@
 """``cmk probe``: exit 0 only when the daemon's pools answer and the kubelet holds their streams.
 
 With ``--require-good-config`` (the readiness probe) it also fails while the
-daemon serves its last good plan. Why it works this way: ``docs/probe.md``.
+daemon serves its last good plan. Why it works this way: ``docs/design/probe.md``.
 """
 
 from __future__ import annotations

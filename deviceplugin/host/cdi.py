@@ -1,6 +1,6 @@
 """The CDI spec that makes the container runtime run ``cmk hook`` for our containers, with their CPUs.
 
-Why it works this way: ``docs/cdi-spec.md``.
+Why it works this way: ``docs/design/cdi-spec.md``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ ancestor's CPUs). Bounded against a huge or hostile tree: at most
 entered, every file through the bounded reader. A malformed cpuset file is a
 note naming it; a cgroup removed meanwhile is skipped.
 
-Why it works this way: ``docs/unconfined.md``.
+Why it works this way: ``docs/design/unconfined.md``.
 """
 
 from __future__ import annotations

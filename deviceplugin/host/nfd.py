@@ -1,6 +1,6 @@
 """Node Feature Discovery labels: what the daemon found and serves, as an NFD ``features.d`` file.
 
-Why it works this way: ``docs/nfd-labels.md``.
+Why it works this way: ``docs/design/nfd-labels.md``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Both roots are parameters so tests and ``--sysfs-root``/``--procfs-root``
 point discovery at a machine dump. The kernel's fallbacks are written as
 code, in the order the kernel's own history needs them:
 
-Why it works this way: ``docs/topology-discovery.md``.
+Why it works this way: ``docs/design/topology-discovery.md``.
 """
 
 from __future__ import annotations

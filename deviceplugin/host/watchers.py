@@ -1,6 +1,6 @@
 """Watching for change, event-driven: the plugin directory, and CPUs going offline or online.
 
-Why it works this way: ``docs/watchers.md``.
+Why it works this way: ``docs/design/watchers.md``.
 """
 
 from __future__ import annotations

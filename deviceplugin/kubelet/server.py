@@ -9,7 +9,7 @@ one, so streams hold one worker however many are opened and Allocate always
 finds one free. It calls ``on_stream_lost`` when the newest stream ends and
 the server did not end it, since the kubelet never dials a plugin back.
 
-Why it works this way: ``docs/plugin-server.md``.
+Why it works this way: ``docs/design/plugin-server.md``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Stateless on purpose: the kubelet never says when devices are freed and
 reuses an init container's devices for app containers, so the IDs alone
 must be enough, and answering the same IDs twice gives the same answer.
 
-Why it works this way: ``docs/answers.md``.
+Why it works this way: ``docs/design/answers.md``.
 """
 
 from __future__ import annotations

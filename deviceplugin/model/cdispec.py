@@ -6,7 +6,7 @@ so such devices are kept. Only their *CPUs* are taken from the old spec: the
 daemon rebuilds each kept device with its own hook path and arguments
 (``deviceplugin.host.cdi.build_spec``), so whatever else the file on disk
 carries (another hook path, extra arguments, env, mounts, device nodes) is
-never written again. Why: ``docs/cdi-spec.md``.
+never written again. Why: ``docs/design/cdi-spec.md``.
 """
 
 from __future__ import annotations

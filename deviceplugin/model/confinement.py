@@ -12,7 +12,7 @@ are named as the runtimes name them (checked against their source), the last
 path component carrying the 64-hex container ID; conmon's cgroups
 (``crio-conmon-<id>.scope``, ``libpod-conmon-<id>.scope``) are not containers.
 
-Why it works this way: ``docs/unconfined.md``.
+Why it works this way: ``docs/design/unconfined.md``.
 """
 
 from __future__ import annotations

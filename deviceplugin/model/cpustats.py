@@ -5,7 +5,7 @@ inside a container, so the daemon needs no privilege to see what runs where.
 :mod:`deviceplugin.host.procstats` reads the files; everything here works on their
 text and on plain values, so tests feed it counters they know.
 
-Why it works this way: ``docs/cpustats.md``.
+Why it works this way: ``docs/design/cpustats.md``.
 """
 
 from __future__ import annotations

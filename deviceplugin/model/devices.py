@@ -4,7 +4,7 @@ A snapshot is a *device tree* (resource name -> :class:`PoolDevices`), built
 from the pool plan and the set of online CPUs. The daemon rebuilds it when
 CPUs go offline or online and diffs it against the one it serves.
 
-Why it works this way: ``docs/device-model.md``.
+Why it works this way: ``docs/design/device-model.md``.
 """
 
 from __future__ import annotations

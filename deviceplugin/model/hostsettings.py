@@ -2,7 +2,7 @@
 
 Pure: a function of the topology and the pool flags, no I/O; ``cmk host-config`` prints it.
 
-Why it works this way: ``docs/host-config.md``.
+Why it works this way: ``docs/design/host-config.md``.
 """
 
 from __future__ import annotations

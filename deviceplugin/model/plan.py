@@ -2,7 +2,7 @@
 
 CMK's semantics, kept so its users' flags mean what they meant:
 
-Why it works this way: ``docs/pool-plan.md``.
+Why it works this way: ``docs/design/pool-plan.md``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the order of cores) is a :class:`CoreIndex` the server builds once per
 snapshot, so a call costs the free devices it is given and the groups it
 looks at, not the machine.
 
-Why it works this way: ``docs/preferred-allocation.md``.
+Why it works this way: ``docs/design/preferred-allocation.md``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Cores kept out of every pool while the kubelet still holds them elsewhere. Pure values, no I/O.
 
-Why it works this way: ``docs/withheld.md``.
+Why it works this way: ``docs/design/withheld.md``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ to join node_exporter's per-CPU ``node_cpu_seconds_total`` on ``cpu``. With
 series carrying ``cpu`` and the place labels, so a rule can ask about a pool,
 a node or the isolated CPUs with one matcher.
 
-Why it works this way: ``docs/cpumetrics.md``.
+Why it works this way: ``docs/design/cpumetrics.md``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A registry per daemon, so tests and two daemons in one process never share
 counters. Two kinds of series:
 
-Why it works this way: ``docs/metrics.md``.
+Why it works this way: ``docs/design/metrics.md``.
 """
 
 from __future__ import annotations

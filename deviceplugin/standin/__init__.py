@@ -1,6 +1,6 @@
 """A kubelet stand-in (device manager, registration, pod resources) for ``cmk demo`` and the protocol tests.
 
-It behaves as ``docs/kubelet-contract.md`` says a real kubelet does, and is
+It behaves as ``docs/design/kubelet-contract.md`` says a real kubelet does, and is
 never more lenient, so a plugin that passes against it passes against a
 kubelet. Import the pieces from here.
 """

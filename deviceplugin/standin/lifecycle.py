@@ -1,6 +1,6 @@
 """What the kubelet does at container starts, kubelet restarts and by version (pure).
 
-Why it works this way: ``docs/standin-lifecycle.md``.
+Why it works this way: ``docs/design/standin-lifecycle.md``.
 """
 
 from __future__ import annotations

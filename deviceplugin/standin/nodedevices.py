@@ -1,7 +1,7 @@
 """What the kubelet's device manager knows about each extended resource: devices, health, capacity.
 
 Pure bookkeeping (no gRPC, no clock of its own: callers pass ``now``), so
-the capacity rules of ``docs/kubelet-contract.md`` are unit-tested with literal
+the capacity rules of ``docs/design/kubelet-contract.md`` are unit-tested with literal
 values. The rules mirror the kubelet's ``GetCapacity``:
 
 - capacity = healthy + unhealthy devices, allocatable = healthy;

@@ -1,7 +1,7 @@
 """The kubelet stand-in: the device-plugin half of a kubelet, over real unix sockets.
 
 No kubelet can be installed here, yet the daemon must be proven against one.
-This class does what ``docs/kubelet-contract.md`` says a kubelet 1.28-1.36 does,
+This class does what ``docs/design/kubelet-contract.md`` says a kubelet 1.28-1.36 does,
 and never less strictly: it is the reference the daemon's protocol tests and
 ``cmk demo`` run against. Pure rules live in ``nodedevices``, ``pods`` and
 ``answers``; this module only wires them to gRPC, threads and the socket

@@ -1,6 +1,6 @@
 """The kubelet's Topology Manager as far as device plugins meet it (pure, container scope).
 
-Why it works this way: ``docs/standin-topology-manager.md``.
+Why it works this way: ``docs/design/standin-topology-manager.md``.
 """
 
 from __future__ import annotations

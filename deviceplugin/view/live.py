@@ -5,7 +5,7 @@ Device IDs are mapped back to CPUs through the daemon's own device model
 flags), never by parsing IDs, so slot devices (``shared-004``) resolve to
 their pool's CPUs exactly as Allocate answered.
 
-Why it works this way: ``docs/live-view.md``.
+Why it works this way: ``docs/design/live-view.md``.
 """
 
 from __future__ import annotations

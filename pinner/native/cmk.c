@@ -2151,7 +2151,7 @@ static void container_cgroup(struct cgroup *cg)
  * below it. The container's own cgroup is then the bound of whatever its processes do to the cgroup they are
  * in: a root process that makes a cgroup namespace sees its cgroup as the root of the hierarchy it mounts
  * there, and may write that root's cpuset.cpus, but v1 refuses CPUs outside the parent's cpuset.cpus and v2
- * confines a child to its parent's effective CPUs (docs/hook.md, "The bound"). v1's new cpuset starts empty,
+ * confines a child to its parent's effective CPUs (docs/design/hook.md, "The bound"). v1's new cpuset starts empty,
  * so it gets the container's memory nodes and the CPUs; v2's child has no cpuset files of its own (the
  * container's subtree_control enables nothing), and the container's cpuset governs it. */
 static int confine_below(int dirfd, const struct cgroup *cg, const cpuset *cpus)

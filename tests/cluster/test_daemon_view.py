@@ -4,7 +4,7 @@ The kubelet (1.36, ``pkg/securitycontext`` defaultMaskedPaths) binds /dev/null o
 container's /proc/interrupts; busy time must still be measured. containerd builds a pod sandbox's
 spec from its own defaults, never from the handler's ``base_runtime_spec``
 (``internal/cri/server/podsandbox/helpers.go``), so no hook runs for pause containers: the hook of
-each pod's containers confines the sandbox the runtime's annotation names (``docs/hook.md``, "The
+each pod's containers confines the sandbox the runtime's annotation names (``docs/design/hook.md``, "The
 pod's sandbox"), and the daemon's scan finds no container outside the hooks.
 """
 

@@ -6,7 +6,7 @@ seccomp unconfined; by ``unshare`` and by one raw ``clone``. A pinned
 container (a core's CDI device) must end on its core and an ordinary one (the
 node-wide hook) on the infra CPUs, read from the host: the affinity the
 attacker ends with, and its container cgroup's ``cpuset.cpus``. Without
-the hook's bound (``docs/hook.md``) the attacker reaches every CPU: the
+the hook's bound (``docs/design/hook.md``) the attacker reaches every CPU: the
 pinner tier's control case (``tests/pinner/test_hook_escape.py``) shows it on
 the same kernel, and these tests fail with the hook of before the bound.
 """

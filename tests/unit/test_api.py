@@ -130,7 +130,7 @@ def test_both_apis_import_together_in_a_fresh_interpreter() -> None:
 
 # --- descriptors against the contract table --------------------------------------------
 
-# Copied from docs/kubelet-contract.md, written the way the contract writes types.
+# Copied from docs/design/kubelet-contract.md, written the way the contract writes types.
 DEVICE_PLUGIN_MESSAGES = {
     "DevicePluginOptions": [("pre_start_required", 1, "bool"), ("get_preferred_allocation_available", 2, "bool")],
     "RegisterRequest": [

@@ -1,6 +1,6 @@
 """No CPU in two live containers, under a seeded churn of admissions, deletions, restarts and hotplug.
 
-Why it works this way: ``docs/tests-churn.md``.
+Why it works this way: ``docs/design/tests-churn.md``.
 """
 
 from __future__ import annotations
