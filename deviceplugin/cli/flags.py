@@ -285,8 +285,8 @@ DAEMON = FlagGroup("daemon", (
               "with the plan: written only when its content differs (default: on)"),
     Flag(name="cdi-dir", parse=Path, load=path_value, default=DEFAULT_CDI_DIR, metavar="DIR",
          help="the runtime's CDI spec directory the spec is written into at start; it stays "
-              "when the daemon stops (restarted containers still name its devices): README "
-              f"'Uninstalling' says when to remove it (default: {DEFAULT_CDI_DIR})"),
+              "when the daemon stops (restarted containers still name its devices): docs/user/"
+              f"upgrade-uninstall.md says when to remove it (default: {DEFAULT_CDI_DIR})"),
     Flag(name="config", parse=Path, metavar="FILE",
          help="YAML file with these flags as keys, all but --config, --log-level and --log-format "
               f"(e.g. num-exclusive-cores: 4); {CONFIG_HELP}"),

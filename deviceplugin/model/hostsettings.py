@@ -213,7 +213,7 @@ def host_config(topology: Topology, options: PlanOptions, host: HostOptions = Ho
         "cpuManagerPolicy": "none",
         "reservedSystemCPUs": format_cpu_list(reserved),
         # RuntimeDefault for every pod that names no seccomp profile: it refuses namespace creation to
-        # processes without CAP_SYS_ADMIN, a second wall behind the hook's bound (README, Security)
+        # processes without CAP_SYS_ADMIN, a second wall behind the hook's bound (docs/user/security.md)
         "seccompDefault": True,
     }
     return HostConfig(

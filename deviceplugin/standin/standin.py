@@ -618,7 +618,7 @@ class Kubelet:
 
         App containers reported running are skipped; any other holding a device
         goes through the kubelet's checks and fails the pod with its error.
-        Init containers are not re-checked (see the README's list of what the
+        Init containers are not re-checked (see docs/dev/standin.md's list of what the
         stand-in does not model). Failed pods are removed (the kubelet marks them Failed and
         frees their devices). Returns (namespace, name) -> error of each failed pod.
         """

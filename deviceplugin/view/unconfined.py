@@ -19,7 +19,7 @@ REASONS = {
     Reason.STARTED_BEFORE_HOOK: ("started before the node-wide hook", FIX),
     Reason.WIDENED: ("widened after the hook confined it",
                      ("a process in it rewrote its cpuset: kill it (a restart is born confined), find out who could "
-                      "(README, Security: a root process in the pod), and refuse such pods")),
+                      "(docs/user/security.md: a root process in the pod), and refuse such pods")),
 }
 WITHOUT_KUBELET = ("the kubelet's pod resources were not read: a container holding exclusive cores together with "
                    "a shared or infra slot is listed too")

@@ -1,7 +1,7 @@
 """The cluster tier's one node for the whole session, and the product deployed on it as a user does.
 
 ``node``: the real components from ``.ci/build-cluster`` (``CMK_CLUSTER_BIN``, or the script is run
-to find or build them), the images imported. ``deployed``: README's steps 2 and 3 (label, ``kubectl
+to find or build them), the images imported. ``deployed``: README's deploy steps 4 and 5 (label, ``kubectl
 apply -k`` of the test overlay and of ``deploy/admission``, wait for the rollout). Both are session
 fixtures: a component that does not start raises once and pytest reports that error, log tail
 included, for every test of the tier. Nothing here skips.

@@ -198,7 +198,7 @@ def workload_pod(manifest: dict[str, Any], served: set[str], threads_per_core: i
 
 
 def cdi_device_name(resource: str, device_id: str) -> str:
-    """The CDI device (its name in the daemon's spec) an Allocate answer names for one device: README "The CDI hook"."""
+    """The CDI device (its name in the daemon's spec) an Allocate answer names for one device: docs/user/cdi-hook.md."""
     return device_id if "exclusive" in resource else resource.removeprefix(RESOURCE_PREFIX)
 
 

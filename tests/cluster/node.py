@@ -6,7 +6,7 @@ every state directory under one temporary directory. What upstream fixes elsewhe
 :data:`FIXED_PATHS`: the kubelet's device-plugin directory, containerd's shim sockets, CRI's
 network namespaces, the kubelet's container log links; teardown removes what the tier created
 there and nothing else. Why each setting is what it is: the shared recipe ``real-cluster.md`` (in
-``../shared/docs``) and the comments below; what differs from a production node: README "Tests".
+``../shared/docs``) and the comments below; what differs from a production node: docs/dev/tests.md.
 
 A component that does not come up raises :class:`ComponentFailed` with the tail of its log, so the
 session fixture fails every test with the reason instead of skipping.
@@ -397,7 +397,7 @@ state = "{d / 'state'}"
   default_runtime_name = "runc"
 [{runtime}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
-  # README "Every container confined": the node-wide hook through the handler's base spec
+  # docs/user/node-wide-hook.md: the node-wide hook through the handler's base spec
   base_runtime_spec = "{d / 'cmk-base-spec.json'}"
 [{runtime}.containerd.runtimes.runc.options]
   SystemdCgroup = false
@@ -413,7 +413,7 @@ state = "{d / 'state'}"
         self._wait(process, "containerd answering", lambda: self.ctr("version", check=False).returncode == 0, 60)
 
     def _install_pinner(self) -> None:
-        """README's order for containerd: the hook's binary on the node before the base spec names it."""
+        """The order docs/user/node-wide-hook.md gives containerd: the hook's binary on the node before the base spec names it."""
         import sys
         root = Path(__file__).resolve().parents[2]
         result = subprocess.run([sys.executable, "-m", "deviceplugin", "install", "--install-dir", str(self.install_dir),
@@ -423,7 +423,7 @@ state = "{d / 'state'}"
             raise ComponentFailed(f"cmk install on the node: {result.stderr}")
 
     def _node_wide_hook_spec(self, target: Path) -> None:
-        """What README tells a containerd user: ``ctr oci spec``, plus ``cmk host-config``'s hook entry."""
+        """What docs/user/node-wide-hook.md tells a containerd user: ``ctr oci spec``, plus ``cmk host-config``'s hook entry."""
         spec = json.loads(subprocess.run([str(self.bin / "ctr"), "oci", "spec"], capture_output=True, text=True,
                                          check=True).stdout)
         spec.setdefault("hooks", {}).setdefault("createRuntime", []).append(self.host_config_hook())

@@ -2,7 +2,7 @@
 
 :func:`plant` turns a path into one hostile kind of file. Each kind names what
 a reader must refuse (or, for ``nul bytes`` in sysfs, tolerate): the table in
-the README's "Bad input" section lists the same kinds.
+the "Bad input" section of docs/user/daemon.md lists the same kinds.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from tests.admission import (
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+ADMISSION_DOCS = ROOT / "docs/user/admission.md"  # where the refusal and the RuntimeClass patch are shown
 VERSIONS = sorted({"1.30.0", kubernetes_validate.latest_version()})
 EXCLUSIVE, NON_ISOLCPUS = "cmk.intel.com/exclusive-cores", "cmk.intel.com/exclusive-non-isolcpus-cores"
 SHARED, INFRA = "cmk.intel.com/shared", "cmk.intel.com/infra"
@@ -494,19 +495,19 @@ def test_a_parameter_not_found_with_deny_refuses_every_pod() -> None:
     assert denials(objects, Request(pod(container()))) == []
 
 
-def test_readme_shows_the_refusal_kubectl_prints() -> None:
-    manifest = yaml.safe_load(README_POD)
+def test_the_docs_show_the_refusal_kubectl_prints() -> None:
+    manifest = yaml.safe_load(DOCS_POD)
     request = Request(manifest)
     (denial, *_) = denials(deployed(), request)
-    assert kubectl_error(request, denial) in (ROOT / "README.md").read_text()
-    assert README_POD in (ROOT / "README.md").read_text()
+    assert kubectl_error(request, denial) in ADMISSION_DOCS.read_text()
+    assert DOCS_POD in ADMISSION_DOCS.read_text()
     manifest["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "2"  # 'cpu: "2" ... is accepted'
     assert denials(deployed(), Request(manifest)) == []
 
 
-def test_the_readme_patch_of_the_runtime_classes_lists_them(tmp_path: Path) -> None:
-    """The kustomize patch the README shows, rendered for real, makes the policy accept that RuntimeClass."""
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_patch_of_the_runtime_classes_lists_them(tmp_path: Path) -> None:
+    """The kustomize patch the admission docs show, rendered for real, makes the policy accept that RuntimeClass."""
+    readme = ADMISSION_DOCS.read_text()
     patch = re.search(r"  ```yaml\n(  patches:\n.*?)  ```\n", readme, re.DOTALL)
     assert patch is not None
     text = "\n".join(line.removeprefix("  ") for line in patch.group(1).splitlines())
@@ -520,7 +521,7 @@ def test_the_readme_patch_of_the_runtime_classes_lists_them(tmp_path: Path) -> N
     assert denials(deployed(), Request(pod(container(**cores(1, "2")), runtimeClassName="runc-cmk"))) != []
 
 
-README_POD = """\
+DOCS_POD = """\
 apiVersion: v1
 kind: Pod
 metadata:

@@ -202,7 +202,7 @@ def run_churn(seed: int, events: int = EVENTS, dump: str = "cmk-xeon_d") -> Node
     node.counts["old_release_pods"] = len(node.pods)
     node.stop_daemon()
     # The upgrade, with the same flags: the old release kept no slot record, so what its slots gave is
-    # only known as "the plan", and a plan change must wait for the next rollout (README, held cores).
+    # only known as "the plan", and a plan change must wait for the next rollout (docs/user/upgrade-uninstall.md, held cores).
     node.start_daemon(PlanOptions(num_exclusive_cores=3, num_shared_cores=1))
     node.check(0, "upgrade")
     cpus = sorted(full.online - {0})

@@ -233,7 +233,7 @@ def test_an_allocation_spends_a_look_up_only_when_its_own_turn_came():
                                        "net", "dpdk", "fwd")]
 
 
-def test_every_event_has_its_own_name_and_the_readme_lists_it():
+def test_every_event_has_its_own_name_and_the_docs_list_it():
     import re
     from pathlib import Path
 
@@ -242,6 +242,7 @@ def test_every_event_has_its_own_name_and_the_readme_lists_it():
     names = [cls.name for cls in vars(catalogue).values()
              if isinstance(cls, type) and issubclass(cls, Event) and cls is not Event]
     assert len(names) == len(set(names)) == 23
-    logs = Path(__file__).resolve().parents[2].joinpath("README.md").read_text().partition("### Logs")[2]
+    docs = Path(__file__).resolve().parents[2].joinpath("docs/user/observability.md").read_text()
+    logs = docs.partition("\n## Logs\n")[2]
     listed = set(re.findall(r"`([a-z_]+)`", logs.partition("\n## ")[0]))
-    assert set(names) <= listed, f"README's Logs section misses {sorted(set(names) - listed)}"
+    assert set(names) <= listed, f"the Logs section of docs/user/observability.md misses {sorted(set(names) - listed)}"
