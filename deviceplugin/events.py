@@ -34,6 +34,20 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Starting(Event):
+    """The daemon's first line: which release is running, so a log says it without a shell on the node."""
+
+    name: ClassVar[str] = "starting"
+    version: str
+    python: str
+    machine: str
+
+    @property
+    def message(self) -> str:
+        return f"cmk-deviceplugin {self.version} starting (Python {self.python}, {self.machine})"
+
+
+@dataclass(frozen=True)
 class Serving(Event):
     name: ClassVar[str] = "serving"
     resource: str

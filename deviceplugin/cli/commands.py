@@ -42,16 +42,18 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="cmk", description="CPU pools as kubelet device plugins.")
-    parser.add_argument("--version", action="version", version=f"cmk {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"cmk {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
-    sub.add_parser("isolate", help="run a command pinned to a pool's CPUs (CMK-compatible)")
-    sub.add_parser("hook", help="the OCI hook the CDI spec runs: confine a container to its CPUs (runs the "
-                                "static pinner)")
     for name, (module, help_text) in SUBCOMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         importlib.import_module(module).add_arguments(sub_parser)
         sub_parser.set_defaults(_module=module)
+    # The operator's commands first; these two run inside workload containers and on the runtime's side.
+    sub.add_parser("isolate", help="(in a workload container) run a command pinned to a pool's CPUs "
+                                   "(CMK-compatible)")
+    sub.add_parser("hook", help="(run by the container runtime) the OCI hook the CDI spec runs: confine a "
+                                "container to its CPUs (runs the static pinner)")
     return parser
 
 

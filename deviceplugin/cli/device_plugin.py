@@ -120,10 +120,12 @@ def _tune_malloc() -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from deviceplugin.events import Events
+    from deviceplugin import build_info
+    from deviceplugin.events import Events, Starting
 
     _tune_malloc()  # before the first thread: arenas are made per thread
     events = Events()
+    events.emit(Starting(**build_info()))
     daemon = _daemon(args, events)
 
     # SIGTERM/SIGINT are blocked before the first thread starts (every thread inherits the mask) and

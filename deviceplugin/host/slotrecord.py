@@ -8,7 +8,7 @@ slots are freed (:mod:`deviceplugin.model.withheld`). One small JSON file
 in the device plugin directory (the kubelet deletes only sockets there):
 ``{"cmk.intel.com/shared": "3,11", ...}``. A missing record means "as planned
 now", and so does an unreadable one after one warning line. Releases before
-2026-12 wrote none, so their upgrade must keep the pool flags.
+0.1.0 wrote none, so their upgrade must keep the pool flags.
 """
 
 from __future__ import annotations

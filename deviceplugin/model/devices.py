@@ -70,7 +70,7 @@ LEGACY_PREFIX = "cpus-"
 
 
 def cpu_list_id(core: Core) -> str:
-    """``cpus-1.9``: the core's online CPUs (the fallback name, and every core's name before 2026-12)."""
+    """``cpus-1.9``: the core's online CPUs (the fallback name, and every core's name before 0.1.0)."""
     name = LEGACY_PREFIX + format_cpu_list(core.cpus).replace(",", ".")
     return name if len(name) <= MAX_ID_LENGTH else f"{LEGACY_PREFIX}{core.first}"
 
@@ -93,7 +93,7 @@ def core_device_ids(cores: Iterable[Core]) -> dict[Core, str]:
 
 
 def legacy_core_cpus(device_id: str) -> frozenset[int] | None:
-    """The CPUs a ``cpus-`` ID (today's fallback, every core ID before 2026-12) named; None for others.
+    """The CPUs a ``cpus-`` ID (today's fallback, every core ID before 0.1.0) named; None for others.
 
     A long name was cut to its first CPU; callers widen the result to whole cores.
     """

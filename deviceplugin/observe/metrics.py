@@ -23,6 +23,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from deviceplugin import build_info
 from deviceplugin.errors import CmkError
 from deviceplugin.events import (
     Allocated,
@@ -155,6 +156,9 @@ class Metrics:
     def __init__(self, collector: PoolCollector, tree: DeviceTree, *, config_fallback: bool = False) -> None:
         self.registry = CollectorRegistry()
         registry = self.registry
+        info = build_info()
+        Gauge("cmk_build_info", "1: the daemon's release, its Python and machine.", list(info),
+              registry=registry).labels(**info).set(1)
         Gauge("cmk_config_fallback", "1 while the daemon refused its config and serves the last good plan.",
               registry=registry).set(1 if config_fallback else 0)
         self.registrations = Counter("cmk_registrations", "Successful registrations with the kubelet.",

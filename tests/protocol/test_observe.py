@@ -9,6 +9,7 @@ its removal on SIGTERM; the JSON log lines carrying each event.
 from __future__ import annotations
 
 import json
+import platform
 import queue
 import subprocess
 import sys
@@ -25,6 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.v1beta1 import deviceplugin_pb2 as pb
+from deviceplugin import __version__
 from deviceplugin.model.plan import Mode, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import format_cpu_list
@@ -394,3 +396,19 @@ def test_a_busy_metrics_port_is_one_line_and_serves_nothing(kubelet, plugin_dir,
     assert process.returncode != 0
     assert stderr.startswith(f"cmk device-plugin: error: cannot serve metrics on 127.0.0.1:{port}")
     assert stderr.count("\n") == 1 and kubelet.registrations() == []
+
+
+def test_the_daemon_names_its_release_first_in_its_log_and_in_cmk_build_info(kubelet: Kubelet, plugin_dir, tmp_path):
+    daemon = metered_daemon(kubelet, plugin_dir, tmp_path)
+    try:
+        address = daemon.logs.wait_for("metrics_serving")["address"]
+        samples = scrape(address)
+    finally:
+        daemon.process.terminate()
+        daemon.process.wait(timeout=20)
+        daemon.logs.join()
+    first = daemon.logs.lines[0]
+    assert (first["event"], first["version"]) == ("starting", __version__)
+    assert first["msg"].startswith(f"cmk-deviceplugin {__version__} starting")
+    assert value(samples, "cmk_build_info", version=__version__, python=platform.python_version(),
+                 machine=platform.machine()) == 1

@@ -328,3 +328,76 @@ def test_only_prometheus_reaches_the_metrics_port(kustomization: str) -> None:
     ports = {port["name"] for daemon in daemons for c in daemon["spec"]["template"]["spec"]["containers"]
              for port in c.get("ports", [])}
     assert ports == {"metrics"}
+
+
+# --- the traps of a first deployment (issue 22) ------------------------------------------------
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted(DEPLOY.rglob("*.md"))]
+NOT_READY_TAINT = {"key": "cmk.intel.com/pools-not-ready", "effect": "NoSchedule"}
+
+
+def _tolerates(tolerations: list[dict[str, Any]], taint: dict[str, str]) -> bool:
+    """Kubernetes' own matching: same key (or an empty key with Exists), same effect (or none), value if Equal."""
+    for t in tolerations:
+        key_ok = t.get("key") == taint["key"] or (not t.get("key") and t.get("operator") == "Exists")
+        effect_ok = t.get("effect") in (None, "", taint["effect"])
+        value_ok = t.get("operator") == "Exists" or t.get("value", "") == taint.get("value", "")
+        if key_ok and effect_ok and value_ok:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
+def test_the_daemon_tolerates_the_taint_the_docs_advise_until_the_pools_register(kustomization: str) -> None:
+    """The docs advise a NoSchedule taint until the pools register; a daemon not tolerating it never registers them."""
+    taint = f"{NOT_READY_TAINT['key']}:{NOT_READY_TAINT['effect']}"
+    assert any(taint in doc.read_text() for doc in DOCS), f"no doc names the taint {taint}"
+    (daemonset,) = objects("DaemonSet", kustomization)
+    assert _tolerates(pod_spec(daemonset).get("tolerations", []), NOT_READY_TAINT)
+    assert not _tolerates(pod_spec(daemonset).get("tolerations", []), {"key": "other", "effect": "NoSchedule"})
+
+
+@pytest.mark.parametrize("kustomization", DAEMON_KUSTOMIZATIONS)
+def test_the_daemon_pods_carry_the_recommended_name_label(kustomization: str) -> None:
+    (daemonset,) = objects("DaemonSet", kustomization)
+    assert daemonset["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "cmk-deviceplugin"
+
+
+def test_no_node_groups_daemonset_selects_another_groups_pods() -> None:
+    groups = {k: objects("DaemonSet", k)[0] for k in ("base", "overlays/node-group-large")}
+    for name, selecting in groups.items():
+        selector = selecting["spec"]["selector"]["matchLabels"].items()
+        for other, selected in groups.items():
+            matches = selector <= selected["spec"]["template"]["metadata"]["labels"].items()
+            assert matches == (name == other), (name, other)
+
+
+def test_the_node_group_overlay_keeps_the_prometheus_selector_of_the_network_policy() -> None:
+    """includeSelectors once added the group label to the Prometheus podSelector: no real Prometheus matched."""
+    def source(kustomization: str) -> dict[str, Any]:
+        (policy,) = objects("NetworkPolicy", kustomization)
+        (rule,) = policy["spec"]["ingress"]
+        (found,) = rule["from"]
+        return dict(found)
+
+    assert source("overlays/node-group-large") == source("base")
+    assert source("base")["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+
+
+def test_no_doc_execs_into_an_arbitrary_nodes_daemon() -> None:
+    """``kubectl exec ds/NAME`` picks any node's pod: a node's own plan needs its own pod."""
+    for doc in DOCS:
+        text = doc.read_text()
+        for picked in ("exec ds/", "exec daemonset/", "exec -it ds/"):
+            assert picked not in text, f"{doc.relative_to(ROOT)}: kubectl {picked}... runs on an arbitrary node"
+
+
+def test_every_file_the_prometheus_files_name_exists() -> None:
+    import re
+
+    here = DEPLOY / "prometheus"
+    for path in sorted(here.glob("*.yaml")):
+        for named in re.findall(r"[\w*./-]+\.ya?ml\b", path.read_text()):
+            if "*" in named or named != named.lower() or named == "prometheus.yml":
+                continue  # a pattern (*-rules.yaml, NAME-rules.yaml) or Prometheus's own file
+            assert (here / named).exists() or (ROOT / named).exists(), f"{path.name} names {named}, which does not exist"
