@@ -32,9 +32,10 @@ def test_every_place_that_names_the_version_names_this_one() -> None:
     """The image tag in the kustomize base, the chart's version and appVersion, the newest changelog entry."""
     kustomization = yaml.safe_load((ROOT / "deploy/base/kustomization.yaml").read_text())
     (image,) = kustomization["images"]
+    chart = yaml.safe_load((ROOT / "charts/cmk-deviceplugin/Chart.yaml").read_text())
     newest = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.MULTILINE)
     assert newest is not None
-    assert {image["newTag"], newest[1]} == {__version__}
+    assert {image["newTag"], chart["version"], chart["appVersion"], newest[1]} == {__version__}
 
 
 def test_the_licence_is_the_full_apache_2_text_the_package_declares() -> None:

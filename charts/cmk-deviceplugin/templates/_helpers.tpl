@@ -1,0 +1,49 @@
+{{/*
+Every object is one of deploy/'s own files (read through the symlinks base/, admission/ and
+prometheus/), changed only where a value says so: with the default values the chart renders what
+`kubectl kustomize deploy/base` renders (tests/unit/test_chart.py), and the two cannot drift.
+*/}}
+
+{{/* "-GROUP" for a node group other than "default", as deploy/overlays/node-group-* names theirs. */}}
+{{- define "cmk.suffix" -}}
+{{- if ne .Values.nodeGroup "default" }}-{{ .Values.nodeGroup }}{{ end -}}
+{{- end }}
+
+{{/* The labels deploy/base's kustomization puts on every object (and a node group's own). */}}
+{{- define "cmk.labels" -}}
+app.kubernetes.io/name: cmk-deviceplugin
+app.kubernetes.io/part-of: cmk-deviceplugin
+{{- if ne .Values.nodeGroup "default" }}
+cmk.intel.com/node-group: {{ .Values.nodeGroup }}
+{{- end }}
+{{- end }}
+
+{{/* A manifest of deploy/ as kustomize renders it: ARGS = (list $ FILE NAMESPACED SUFFIXED), as YAML. */}}
+{{- define "cmk.object" -}}
+{{- $root := index . 0 }}
+{{- $object := $root.Files.Get (index . 1) | fromYaml }}
+{{- $metadata := $object.metadata }}
+{{- if index . 2 }}
+{{- $_ := set $metadata "namespace" $root.Release.Namespace }}
+{{- end }}
+{{- if index . 3 }}
+{{- $_ := set $metadata "name" (printf "%s%s" $metadata.name (include "cmk.suffix" $root)) }}
+{{- end }}
+{{- $_ := set $metadata "labels" (merge (include "cmk.labels" $root | fromYaml) ($metadata.labels | default dict)) }}
+{{- toYaml $object }}
+{{- end }}
+
+{{/* kustomize's configMapGenerator name: NAME-HASH, HASH from the data alone (sigs.k8s.io/kustomize/api/hasher). */}}
+{{- define "cmk.hashedName" -}}
+{{- $hash := dict "data" (index . 1) "kind" "ConfigMap" "name" "" | toJson | sha256sum | trunc 10 -}}
+{{- printf "%s-%s" (index . 0) ($hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t") -}}
+{{- end }}
+
+{{/* The `config` value as the daemon's --config file, and the name of the ConfigMap holding it. */}}
+{{- define "cmk.configText" -}}
+{{- printf "%s\n" (toYaml .Values.config) }}
+{{- end }}
+
+{{- define "cmk.configName" -}}
+{{- include "cmk.hashedName" (list (printf "cmk-config%s" (include "cmk.suffix" .)) (dict "config.yaml" (include "cmk.configText" .))) }}
+{{- end }}

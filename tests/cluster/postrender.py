@@ -1,0 +1,39 @@
+"""A Helm post-renderer: the chart's rendered objects with the node-local paths moved to this node's.
+
+The chart, like ``deploy/base``, names the real host paths (``/opt/bin``, ``/var/run/cdi``, ...);
+the tier's node keeps them in its own directories. This makes of a release what
+:func:`tests.cluster.deploy.write_overlay` makes of the base, by the same :func:`moved` rule, and
+nothing else. Run by ``helm --post-renderer``: manifests on stdin, the paths (JSON) as the argument.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import yaml
+
+from tests.cluster.deploy import moved
+
+
+def move(obj: Any, paths: dict[str, str]) -> Any:
+    if isinstance(obj, dict):
+        return {k: move(v, paths) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [move(v, paths) for v in obj]
+    return moved(obj, paths) if isinstance(obj, str) else obj
+
+
+def main(argv: list[str]) -> int:
+    paths = json.loads(argv[0])
+    docs = [doc for doc in yaml.safe_load_all(sys.stdin.read()) if doc]
+    for doc in docs:
+        if doc["kind"] == "DaemonSet":
+            doc["spec"] = move(doc["spec"], paths)
+    sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
