@@ -6,6 +6,7 @@ any error; these tests check its report and then open the image to check what it
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -74,3 +75,17 @@ def test_image_holds_no_toolchain_and_no_pip(rootfs):
     for tool in ("usr/bin/gcc", "usr/bin/musl-gcc", "usr/bin/cc", "opt/cmk/bin/pip"):
         assert not (rootfs / tool).exists(), tool
     assert (rootfs / "opt/cmk/bin/cmk").exists()
+
+
+def test_the_image_is_labelled_with_the_release(build):
+    """The tag a registry shows and the labels `docker inspect` shows name deviceplugin.__version__."""
+    from deviceplugin import __version__
+
+    assert build.returncode == 0, build.stdout + build.stderr
+    labels = json.loads(subprocess.run(["buildah", "inspect", "--type", "image", "--format",
+                                        "{{json .OCIv1.Config.Labels}}", IMAGE],
+                                       capture_output=True, text=True, check=True).stdout)
+    assert labels["org.opencontainers.image.version"] == __version__
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert re.fullmatch(r"[0-9a-f]{40}|unknown", labels["org.opencontainers.image.revision"])
+    assert f"org.opencontainers.image.version={__version__}" in build.stdout
