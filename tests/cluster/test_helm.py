@@ -37,7 +37,7 @@ CHART = ROOT / "charts" / "cmk-deviceplugin"
 RELEASE = "cmk-deviceplugin"
 DAEMON_PODS = "app.kubernetes.io/component=daemon,app.kubernetes.io/name=cmk-deviceplugin"
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
-KUBELET_OWN = {"kubelet.sock", "kubelet_internal_checkpoint"}
+KUBELET_OWN = {"kubelet.sock", "kubelet_internal_checkpoint"}  # its plugin and pod resources sockets
 
 
 @dataclass
@@ -174,8 +174,8 @@ def node_files(node: Node) -> set[Path]:
     mounted = node_paths(node)
     found = {p for where in mounted.values() if Path(where).is_dir() for p in Path(where).rglob("*")
              if not p.is_dir()}
-    found |= {p for p in DEVICE_PLUGINS.iterdir() if p.name not in KUBELET_OWN} if DEVICE_PLUGINS.is_dir() else set()
-    return found
+    found |= set(DEVICE_PLUGINS.iterdir()) if DEVICE_PLUGINS.is_dir() else set()
+    return {p for p in found if p.name not in KUBELET_OWN}
 
 
 def test_helm_uninstall_leaves_nothing_on_the_node_the_docs_do_not_name(upgraded: Upgrade, installed: Tier) -> None:
