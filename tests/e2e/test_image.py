@@ -82,9 +82,9 @@ def test_the_image_is_labelled_with_the_release(build):
     from deviceplugin import __version__
 
     assert build.returncode == 0, build.stdout + build.stderr
-    labels = json.loads(subprocess.run(["buildah", "inspect", "--type", "image", "--format",
-                                        "{{json .OCIv1.Config.Labels}}", IMAGE],
-                                       capture_output=True, text=True, check=True).stdout)
+    inspected = json.loads(subprocess.run(["buildah", "inspect", "--type", "image", IMAGE],
+                                          capture_output=True, text=True, check=True).stdout)
+    labels = inspected["OCIv1"]["config"]["Labels"]
     assert labels["org.opencontainers.image.version"] == __version__
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
     assert re.fullmatch(r"[0-9a-f]{40}|unknown", labels["org.opencontainers.image.revision"])
