@@ -9,7 +9,8 @@ request (at most :data:`MAX_REQUEST` bytes), at most :data:`MAX_CONNECTIONS`
 are open at once (past that, the longest-waiting one is closed to admit the
 new one, so a flood of idle connections cannot lock the scraper out), and
 :data:`WORKERS` threads render the answers. One request per connection
-(``Connection: close``), which is what Prometheus needs.
+(``Connection: close``), which is what Prometheus needs. The request's
+headers reach the renderer (content negotiation is the renderer's business).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,28 @@ MAX_REQUEST = 8192
 WORKERS = 2
 SEND_TIMEOUT = 5.0
 
-#: path -> (status line, content type, body); ``None`` for the paths it does not serve.
-Render = Callable[[str], tuple[str, str, bytes] | None]
+#: (status line, headers beside Content-Length and Connection, body).
+Answer = tuple[str, Sequence[tuple[str, str]], bytes]
+#: (path, request headers with lower-case names) -> the answer; ``None`` for the paths it does not serve.
+Render = Callable[[str, Mapping[str, str]], Answer | None]
+
+
+def _text(status: str, body: bytes) -> Answer:
+    return status, [("Content-Type", "text/plain")], body
+
+
+def request_headers(request: bytes) -> dict[str, str]:
+    """The header fields after the request line, names lower-cased; a repeated field's values joined by commas."""
+    headers: dict[str, str] = {}
+    for line in request.split(b"\n")[1:]:
+        if not line.strip():  # the blank line that ends the header
+            break
+        name, colon, value = line.decode("latin-1").partition(":")
+        if not colon or not name.strip():
+            continue
+        key, text = name.strip().lower(), value.strip()
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return headers
 
 
 class _Pending:
@@ -141,8 +162,8 @@ class BoundedHttpServer:
             del self._pending[fd]
             with self._lock:
                 self._busy += 1
-            self._workers.submit(self._send, pending.sock, "431 Request Header Fields Too Large",
-                                 "text/plain", b"request too large\n")
+            self._workers.submit(self._send, pending.sock,
+                                 *_text("431 Request Header Fields Too Large", b"request too large\n"))
 
     def _expire(self, now: float) -> None:
         while self._pending:
@@ -159,24 +180,25 @@ class BoundedHttpServer:
     def _answer(self, sock: socket.socket, request: bytes) -> None:
         parts = request.split(b"\r\n", 1)[0].split(b"\n", 1)[0].split()
         if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
-            self._send(sock, "400 Bad Request", "text/plain", b"bad request\n")
+            self._send(sock, *_text("400 Bad Request", b"bad request\n"))
         elif parts[0] not in (b"GET", b"HEAD"):
-            self._send(sock, "405 Method Not Allowed", "text/plain", b"GET only\n")
+            self._send(sock, *_text("405 Method Not Allowed", b"GET only\n"))
         else:
             try:
-                answer = self._render(parts[1].decode("latin-1").split("?", 1)[0])
+                answer = self._render(parts[1].decode("latin-1").split("?", 1)[0], request_headers(request))
             except Exception:  # a collector failing must not take the endpoint down
                 log.exception("metrics: rendering failed")
-                answer = ("500 Internal Server Error", "text/plain", b"rendering failed\n")
-            status, content_type, body = answer or ("404 Not Found", "text/plain", b"see /metrics\n")
-            self._send(sock, status, content_type, b"" if parts[0] == b"HEAD" else body, len(body))
+                answer = _text("500 Internal Server Error", b"rendering failed\n")
+            status, headers, body = answer or _text("404 Not Found", b"see /metrics\n")
+            self._send(sock, status, headers, b"" if parts[0] == b"HEAD" else body, len(body))
 
-    def _send(self, sock: socket.socket, status: str, content_type: str, body: bytes,
+    def _send(self, sock: socket.socket, status: str, headers: Sequence[tuple[str, str]], body: bytes,
               length: int | None = None) -> None:
         try:
             sock.setblocking(True)
             sock.settimeout(SEND_TIMEOUT)
-            head = (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+            fields = "".join(f"{name}: {value}\r\n" for name, value in headers)
+            head = (f"HTTP/1.1 {status}\r\n{fields}"
                     f"Content-Length: {len(body) if length is None else length}\r\nConnection: close\r\n\r\n")
             sock.sendall(head.encode("latin-1") + body)
         except OSError:

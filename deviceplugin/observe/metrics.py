@@ -8,19 +8,19 @@ Why it works this way: ``docs/design/metrics.md``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import gzip
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
-    generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
 from deviceplugin import build_info
@@ -46,10 +46,17 @@ from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.plan import PoolPlan
 from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
 from deviceplugin.observe.cpumetrics import CpuCollector
-from deviceplugin.observe.httpserver import BoundedHttpServer
+from deviceplugin.observe.httpserver import Answer, BoundedHttpServer
 
 #: Allocate answers in well under a millisecond; the top buckets catch a GC pause or a loaded node.
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+#: The exposition formats whose fixed part is kept formatted: the Accept header names the format
+#: (versions, escapings), so a client could ask for any number of them; past these, it is formatted per scrape.
+FIXED_FORMATS = 8
+
+#: What OpenMetrics puts last; the fixed families go before the rest, so their copy ends without it.
+_EOF = b"# EOF\n"
 
 
 class PoolCollector(Collector):
@@ -145,12 +152,31 @@ class _Fixed(Collector):
         return iter(self._families)
 
 
+class _WithoutCreated(Collector):
+    """The registry without its ``_created`` samples: a creation time per counter and histogram child
+    doubles their series and tells Prometheus nothing it uses (prometheus_client's switch for it is global)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            created = metric.name + "_created"
+            if any(sample.name == created for sample in metric.samples):
+                kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+                kept.samples = [sample for sample in metric.samples if sample.name != created]
+                metric = kept
+            yield metric
+
+
 class Metrics:
     """The daemon's registry: event-fed counters and histograms plus a :class:`PoolCollector`.
 
-    :meth:`render` is what a scrape answers: the collector's fixed families,
-    formatted once here (one series per CPU: 8,192 lines that would otherwise
-    be rebuilt on every scrape), then the registry as it is now.
+    :meth:`encode` is what a scrape answers, in the format its Accept header
+    negotiates (prometheus_client's ``choose_encoder``: OpenMetrics or the
+    text format): the collector's fixed families, formatted once per format
+    (one series per CPU: 8,192 lines that would otherwise be rebuilt on every
+    scrape), then the registry as it is now, without ``_created`` series.
     """
 
     def __init__(self, collector: PoolCollector, tree: DeviceTree, *, config_fallback: bool = False) -> None:
@@ -183,13 +209,23 @@ class Metrics:
                 self.preferred_seconds.labels(pool)
                 self.preferred_errors.labels(pool)
         registry.register(collector)
-        fixed = CollectorRegistry(auto_describe=False)
-        fixed.register(_Fixed(list(collector.fixed())))
-        self._fixed = generate_latest(fixed)
+        self._fixed_families = _Fixed(list(collector.fixed()))
+        self._fixed: dict[str, bytes] = {}  # content type -> the fixed families in it
+        self._current = _WithoutCreated(registry)
+
+    def encode(self, accept: str = "") -> tuple[str, bytes]:
+        """(content type, body) of one scrape whose Accept header is ``accept``."""
+        encoder, content_type = choose_encoder(accept)
+        fixed = self._fixed.get(content_type)
+        if fixed is None:
+            fixed = encoder(self._fixed_families).removesuffix(_EOF)
+            if len(self._fixed) < FIXED_FORMATS:
+                self._fixed[content_type] = fixed
+        return content_type, fixed + encoder(self._current)
 
     def render(self) -> bytes:
-        """The exposition text of one scrape."""
-        return self._fixed + generate_latest(self.registry)
+        """The exposition of one scrape in the text format (what a client that names no format gets)."""
+        return self.encode()[1]
 
     def on_event(self, event: Event) -> None:
         """An :data:`deviceplugin.events.Listener`: count and time what the daemon reports."""
@@ -213,10 +249,14 @@ class Metrics:
 @contextmanager
 def serve_metrics(metrics: Metrics, host: str, port: int) -> Iterator[tuple[str, int]]:
     """Serve ``/metrics`` while the block runs, on a fixed few threads; yields the bound (host, port) (port 0 picks one)."""
-    def render(path: str) -> tuple[str, str, bytes] | None:
+    def render(path: str, headers: Mapping[str, str]) -> Answer | None:
         if path not in ("/metrics", "/"):
             return None
-        return "200 OK", CONTENT_TYPE_LATEST, metrics.render()
+        content_type, body = metrics.encode(headers.get("accept", ""))
+        fields = [("Content-Type", content_type), ("Vary", "Accept, Accept-Encoding")]
+        if gzip_accepted(headers.get("accept-encoding", "")):
+            return "200 OK", [*fields, ("Content-Encoding", "gzip")], gzip.compress(body)
+        return "200 OK", fields, body
 
     try:
         server = BoundedHttpServer(host, port, render)

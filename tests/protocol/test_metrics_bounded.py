@@ -67,7 +67,7 @@ def test_a_thousand_idle_connections_cost_the_daemon_no_thread_and_metrics_still
 
 @contextlib.contextmanager
 def server(**limits: float) -> Iterator[tuple[str, int]]:
-    served = BoundedHttpServer("127.0.0.1", 0, lambda path: ("200 OK", "text/plain", b"ok\n")
+    served = BoundedHttpServer("127.0.0.1", 0, lambda path, _: ("200 OK", [("Content-Type", "text/plain")], b"ok\n")
                                if path == "/metrics" else None, **limits)  # type: ignore[arg-type]
     served.start()
     try:
