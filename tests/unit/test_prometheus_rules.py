@@ -22,6 +22,9 @@ RULE_FILES = sorted(PROMETHEUS.glob("*-rules.yaml"))
 HEALTH = PROMETHEUS / "health-rules.yaml"
 PROMTOOL = shutil.which("promtool")
 JOB = "cmk-deviceplugin"
+RUNBOOKS = ROOT / "docs" / "user" / "alerts.md"
+#: Where runbook_url points: the runbooks as the repository's web view shows them, an anchor per alert.
+RUNBOOK_URL = "https://github.com/cmk-deviceplugin/cmk-deviceplugin/blob/main/docs/user/alerts.md#"
 
 
 def promtool(*args: str, cwd: Path = PROMETHEUS) -> subprocess.CompletedProcess[str]:
@@ -79,6 +82,33 @@ def test_every_alert_follows_the_layout(rules: Path) -> None:
         assert "for" in rule, f"{rule['alert']}: a single scrape must not page"
     for rule in rules_in(rules):  # recording rules named level:metric:operations, as Prometheus advises
         assert "alert" in rule or re.fullmatch(r"cmk:[a-z_]+:[a-z0-9_]+", rule["record"]), rule
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the headings: lower case, punctuation but ``-`` dropped, spaces as ``-``."""
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+            for heading in re.findall(r"^#+ (.+)$", markdown, flags=re.MULTILINE)}
+
+
+def test_every_alert_has_a_runbook_section_of_its_own() -> None:
+    headings = anchors(RUNBOOKS.read_text())
+    names = [rule["alert"] for rules in RULE_FILES for rule in alerts(rules)]
+    for rules in RULE_FILES:
+        for rule in alerts(rules):
+            url = rule["annotations"].get("runbook_url", "")
+            assert url == RUNBOOK_URL + rule["alert"].lower(), f"{rule['alert']}: runbook_url {url!r}"
+            assert url.removeprefix(RUNBOOK_URL) in headings, f"{rule['alert']}: no section in {RUNBOOKS.name}"
+    runbooks = {h for h in headings if h.startswith("cmk") and not h.startswith("cmk-")}
+    assert runbooks == {name.lower() for name in names}, "a runbook for an alert that no longer exists"
+    assert len(set(names)) == len(names)
+
+
+def test_the_runbook_check_sees_a_missing_section() -> None:
+    """``anchors`` finds what GitHub would link to, so a heading renamed away fails the test above."""
+    text = RUNBOOKS.read_text()
+    assert "cmkpoolnotregistered" in anchors(text)
+    assert "cmkpoolnotregistered" not in anchors(text.replace("## CmkPoolNotRegistered", "## Pool not registered"))
+    assert "the-scraper-the-networkpolicy-admits" in anchors(text)
 
 
 def test_a_wrong_expectation_fails(tmp_path: Path) -> None:
