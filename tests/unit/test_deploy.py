@@ -22,6 +22,7 @@ import yaml
 from deviceplugin.cli.commands import build_parser
 from deviceplugin.cli.configfile import apply_config, parse_config
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
+from tests.monitoring import validate_operator_object
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -72,11 +73,14 @@ def daemon_container(kustomization: str) -> dict[str, Any]:
     return daemon
 
 
-DAEMON_KUSTOMIZATIONS = [k for k in KUSTOMIZATIONS if k not in ("examples", "admission")]
+DAEMON_KUSTOMIZATIONS = [k for k in KUSTOMIZATIONS if k not in ("examples", "admission", "components/monitoring")]
+#: Kinds of the prometheus-operator (deploy/components/monitoring): checked against its CRDs, not Kubernetes'.
+OPERATOR_KINDS = {"PodMonitor", "PrometheusRule"}
 
 
 def test_the_expected_kustomizations_exist() -> None:
-    assert KUSTOMIZATIONS == ["admission", "base", "examples", "overlays/cdi-off", "overlays/node-group-large"]
+    assert KUSTOMIZATIONS == ["admission", "base", "components/monitoring", "examples", "overlays/cdi-off",
+                              "overlays/monitoring", "overlays/node-group-large"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -85,7 +89,10 @@ def test_every_object_validates_strictly(kustomization: str, version: str) -> No
     rendered = render(kustomization)
     assert rendered, f"{kustomization} renders nothing"
     for obj in rendered:
-        kubernetes_validate.validate(obj, version, strict=True)
+        if obj["kind"] in OPERATOR_KINDS:
+            validate_operator_object(obj)
+        else:
+            kubernetes_validate.validate(obj, version, strict=True)
 
 
 def test_strict_validation_rejects_unknown_fields_and_retired_apis() -> None:

@@ -1,0 +1,113 @@
+"""deploy/components/monitoring: PodMonitor, PrometheusRules and the dashboard, with the base needing no CRD.
+
+The PrometheusRules are generated from deploy/prometheus/*-rules.yaml (tools/prometheusrule.py) and
+must stay what those files give; the objects are checked against the prometheus-operator's own CRDs;
+the PodMonitor must scrape what the rules expect, as scrape-config.yaml does without the operator.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.monitoring import DASHBOARD, ROOT, RULE_FILES, validate_operator_object
+from tests.unit.test_deploy import render
+from tests.unit.test_prometheus_rules import JOB, PROMETHEUS
+
+TOOL = ROOT / "tools" / "prometheusrule.py"
+
+
+def tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("prometheusrule", TOOL)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def of_kind(kind: str, kustomization: str) -> list[dict[str, Any]]:
+    return [obj for obj in render(kustomization) if obj["kind"] == kind]
+
+
+def test_the_committed_prometheusrules_are_what_the_rule_files_give() -> None:
+    checked = subprocess.run([sys.executable, str(TOOL), "--check"], capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stderr
+    rules = {obj["metadata"]["name"]: obj["spec"]["groups"] for obj in of_kind("PrometheusRule", "overlays/monitoring")}
+    assert rules == {f"cmk-deviceplugin-{path.name.removesuffix('-rules.yaml')}": yaml.safe_load(path.read_text())["groups"]
+                     for path in RULE_FILES}
+
+
+def test_the_check_sees_a_rule_file_changed(tmp_path: Path) -> None:
+    changed = tmp_path / "health-rules.yaml"
+    changed.write_text((PROMETHEUS / "health-rules.yaml").read_text().replace("for: 2m", "for: 3m", 1))
+    prometheusrule = tool()
+    assert prometheusrule.render([changed]) != prometheusrule.render([PROMETHEUS / "health-rules.yaml"])
+    assert "for: 3m" in prometheusrule.render([changed])
+
+
+def test_the_base_needs_no_operator_crd_and_the_overlay_adds_only_the_component() -> None:
+    def names(kustomization: str) -> set[tuple[str, str]]:
+        return {(obj["kind"], obj["metadata"]["name"]) for obj in render(kustomization)}
+
+    assert not {kind for kind, _ in names("base")} & {"PodMonitor", "PrometheusRule"}
+    assert names("overlays/monitoring") - names("base") == names("components/monitoring") == {
+        ("PodMonitor", "cmk-deviceplugin"), ("PrometheusRule", "cmk-deviceplugin-health"),
+        ("PrometheusRule", "cmk-deviceplugin-isolation"), ("ConfigMap", "cmk-deviceplugin-dashboard")}
+    for obj in render("overlays/monitoring"):
+        assert obj["kind"] == "Namespace" or obj["metadata"]["namespace"] == "cmk-system", obj["metadata"]["name"]
+
+
+def test_the_podmonitor_scrapes_every_daemon_as_the_rules_expect() -> None:
+    (monitor,) = of_kind("PodMonitor", "overlays/monitoring")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    for kustomization in ("base", "overlays/node-group-large"):  # every node group's daemon
+        (daemonset,) = of_kind("DaemonSet", kustomization)
+        template = daemonset["spec"]["template"]
+        assert selector.items() <= template["metadata"]["labels"].items(), kustomization
+        ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
+        assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == ["metrics"] and "metrics" in ports
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    relabel = {r["targetLabel"]: r for r in endpoint["relabelings"]}
+    assert relabel["job"]["replacement"] == JOB  # what every rule's job matcher names
+    (job,) = yaml.safe_load((PROMETHEUS / "scrape-config.yaml").read_text())["scrape_configs"]
+    plain = {r["target_label"]: r["source_labels"] for r in job["relabel_configs"] if "target_label" in r}
+    assert {k: relabel[k]["sourceLabels"] for k in plain} == plain  # instance and pod as without the operator
+    for rules in RULE_FILES:
+        for found in re.findall(r'job="([^"]*)"', rules.read_text()):
+            assert found == JOB
+
+
+def test_the_dashboard_configmap_carries_the_dashboard_for_grafanas_sidecar() -> None:
+    (configmap,) = [c for c in of_kind("ConfigMap", "overlays/monitoring")
+                    if c["metadata"]["name"] == "cmk-deviceplugin-dashboard"]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(configmap["data"]["cmk-deviceplugin.json"]) == json.loads(DASHBOARD.read_text())
+
+
+def test_the_operator_schemas_refuse_what_the_api_server_would() -> None:
+    """The CRD check the strict validation test relies on fails on a wrong type and on an unknown field."""
+    (monitor,) = of_kind("PodMonitor", "overlays/monitoring")
+    validate_operator_object(monitor)
+    wrong_type = json.loads(json.dumps(monitor))
+    wrong_type["spec"]["podMetricsEndpoints"] = {"port": "metrics"}
+    with pytest.raises(jsonschema.ValidationError):
+        validate_operator_object(wrong_type)
+    unknown = json.loads(json.dumps(monitor))
+    unknown["spec"]["podMetricsEndpoints"][0]["relabellings"] = []
+    with pytest.raises(jsonschema.ValidationError, match="relabellings"):
+        validate_operator_object(unknown)
+    (rule, *_) = of_kind("PrometheusRule", "overlays/monitoring")
+    unknown = json.loads(json.dumps(rule))
+    unknown["spec"]["groups"][0]["rules"][0]["runbook"] = "x"
+    with pytest.raises(jsonschema.ValidationError, match="runbook"):
+        validate_operator_object(unknown)
