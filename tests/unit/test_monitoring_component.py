@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -111,3 +112,29 @@ def test_the_operator_schemas_refuse_what_the_api_server_would() -> None:
     unknown["spec"]["groups"][0]["rules"][0]["runbook"] = "x"
     with pytest.raises(jsonschema.ValidationError, match="runbook"):
         validate_operator_object(unknown)
+
+
+def documented_patch() -> dict[str, Any]:
+    """The scraper patch of docs/user/monitoring.md, as an overlay would hold it."""
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "user" / "monitoring.md").read_text(), flags=re.DOTALL)
+    (block,) = [b for b in blocks if "NetworkPolicy" in b]
+    return yaml.safe_load(block)
+
+
+@pytest.mark.parametrize("kustomization", ["base", "overlays/node-group-large", "overlays/monitoring"])
+def test_the_scraper_is_one_setting_the_documented_patch_changes(kustomization: str, tmp_path: Path) -> None:
+    (default,) = of_kind("NetworkPolicy", kustomization)
+    (rule,) = default["spec"]["ingress"]
+    overlay = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+               "resources": [os.path.relpath(ROOT / "deploy" / kustomization, tmp_path)], **documented_patch()}
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    built = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    objects = [obj for obj in yaml.safe_load_all(built.stdout) if obj]
+    (policy,) = [obj for obj in objects if obj["kind"] == "NetworkPolicy"]
+    (patched,) = policy["spec"]["ingress"]
+    (value,) = [op["value"] for op in yaml.safe_load(documented_patch()["patches"][0]["patch"])]
+    assert patched == {**rule, "from": value}  # the scraper changed, the port kept
+    assert policy["spec"]["podSelector"] == default["spec"]["podSelector"]
+    assert [obj for obj in objects if obj["kind"] != "NetworkPolicy"] == \
+        [obj for obj in render(kustomization) if obj["kind"] != "NetworkPolicy"]

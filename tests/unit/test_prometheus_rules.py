@@ -108,7 +108,6 @@ def test_the_runbook_check_sees_a_missing_section() -> None:
     text = RUNBOOKS.read_text()
     assert "cmkpoolnotregistered" in anchors(text)
     assert "cmkpoolnotregistered" not in anchors(text.replace("## CmkPoolNotRegistered", "## Pool not registered"))
-    assert "the-scraper-the-networkpolicy-admits" in anchors(text)
 
 
 def test_a_wrong_expectation_fails(tmp_path: Path) -> None:
