@@ -9,11 +9,15 @@ resources read from the kubelet stand-in over a real socket in both. It prints
 median and p90 milliseconds, series and bytes side by side and the ratio. The
 1,024-CPU procfs is written at a real node's shape (every named interrupt line
 and softirq type, 200 device IRQ lines: a NIC's queues) so parsing costs what it
-would there; Prometheus' default scrape timeout is 10 s.
+would there; Prometheus' default scrape timeout is 10 s. A second table: the
+same scrapes as Prometheus asks for them (OpenMetrics, then gzip-compressed:
+``Metrics.encode`` and what the endpoint adds), and the ``_created`` series
+the registry carries that the endpoint leaves out.
 """
 
 from __future__ import annotations
 
+import gzip
 import statistics
 import sys
 import tempfile
@@ -21,6 +25,8 @@ from pathlib import Path
 
 if not __package__:  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from prometheus_client import generate_latest
 
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from benchmarks.timing import samples_ms
@@ -31,6 +37,7 @@ from deviceplugin.model.plan import PlanOptions, plan_pools
 from deviceplugin.observe.cpumetrics import CpuCollector
 from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import Kubelet
+from tests.monitoring import PROMETHEUS_ACCEPT
 from tests.procfs_counters import Known, write_counters
 
 SYNTHETIC = (4, 2, 64, 2)  # sockets, nodes per socket, cores per node, threads per core
@@ -62,6 +69,7 @@ def _series(text: bytes) -> int:
 def main(argv: list[str]) -> int:
     runs = int(argv[0]) if argv else 30
     rows = []
+    formats = []
     with tempfile.TemporaryDirectory(prefix="cmk-bench-scrape-", dir="/tmp") as scratch:
         root = Path(scratch)
         kubelet = Kubelet(root / "plugins", pod_resources_socket=root / "pod-resources.sock")
@@ -81,6 +89,7 @@ def main(argv: list[str]) -> int:
                     samples = samples_ms(metrics.render, runs, warmup=2)
                     rows.append((name, online, label, statistics.median(samples),
                                  statistics.quantiles(samples, n=10)[-1], _series(text), len(text)))
+                    formats.append(_formats(metrics, runs))
         finally:
             kubelet.stop()
     print(f"/metrics scrape (Metrics.render), {runs} warm runs each; pod resources from the stand-in")
@@ -92,7 +101,23 @@ def main(argv: list[str]) -> int:
         for with_ in withs:
             print(f"{with_[0]}: {with_[2]}/without {with_[3] / without[3]:.2f}x the time, "
                   f"+{with_[3] - without[3]:.2f} ms, +{with_[5] - without[5]} series")
+    print(f"\nAs Prometheus asks (OpenMetrics, gzip), medians of {runs} warm runs; _created: series left out")
+    print(f"{'machine':<30} {'CPU collectors':<15} {'text ms':>8} {'OpenMetrics ms':>15} {'+gzip ms':>9} "
+          f"{'bytes':>9} {'gzip bytes':>11} {'ratio':>6} {'_created':>9}")
+    for (name, _, label, median, *_), (om_ms, gzip_ms, size, packed, created) in zip(rows, formats):
+        print(f"{name:<30} {label:<15} {median:>8.2f} {om_ms:>15.2f} {gzip_ms:>9.2f} {size:>9} {packed:>11} "
+              f"{size / packed:>5.1f}x {created:>9}")
     return 0
+
+
+def _formats(metrics: Metrics, runs: int) -> tuple[float, float, int, int, int]:
+    """(OpenMetrics ms, gzip ms, OpenMetrics bytes, gzip bytes, _created series the registry has)."""
+    _, body = metrics.encode(PROMETHEUS_ACCEPT)
+    encode_ms = statistics.median(samples_ms(lambda: metrics.encode(PROMETHEUS_ACCEPT), runs, warmup=2))
+    gzip_ms = statistics.median(samples_ms(lambda: gzip.compress(body), runs, warmup=2))
+    created = sum(1 for line in generate_latest(metrics.registry).splitlines()
+                  if line.split(b"{")[0].split(b" ")[0].endswith(b"_created"))
+    return encode_ms, gzip_ms, len(body), len(gzip.compress(body)), created
 
 
 if __name__ == "__main__":

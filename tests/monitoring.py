@@ -20,6 +20,9 @@ RULE_FILES = sorted(PROMETHEUS.glob("*-rules.yaml"))
 MONITORING = ROOT / "deploy" / "components" / "monitoring"
 DASHBOARD = MONITORING / "dashboard.json"
 
+#: What Prometheus 2.x sends (scrape/scrape.go, acceptHeader): OpenMetrics first, the text format as a fallback.
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 #: What Grafana puts for its own variables when it runs a query; the dashboard's variables become a regex that
 #: matches every value (what "All" sends).
 GRAFANA_VARIABLES = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}

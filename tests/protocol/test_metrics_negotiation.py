@@ -19,6 +19,7 @@ from prometheus_client.samples import Sample
 
 from deviceplugin.observe.metrics import FIXED_FORMATS
 from deviceplugin.standin import Kubelet
+from tests.monitoring import PROMETHEUS_ACCEPT
 from tests.protocol.test_daemon import (
     EXCLUSIVE,
     INFRA,
@@ -28,10 +29,6 @@ from tests.protocol.test_daemon import (
 )
 from tests.protocol.test_metrics_lint import lint
 from tests.protocol.test_observe import metered_daemon
-
-#: What Prometheus 2.x sends (scrape/scrape.go, acceptHeader): OpenMetrics first, the text format as a fallback.
-PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 
 
 def get(address: str, **headers: str) -> tuple[dict[str, str], bytes]:

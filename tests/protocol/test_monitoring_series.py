@@ -15,6 +15,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from deviceplugin.standin import Kubelet
 from tests.monitoring import (
+    PROMETHEUS_ACCEPT,
     SCRAPE_SERIES,
     queries,
     recorded,
@@ -29,7 +30,6 @@ from tests.protocol.test_daemon import (
     three_pool_pod,
     wait_registered,
 )
-from tests.protocol.test_metrics_negotiation import PROMETHEUS_ACCEPT
 from tests.protocol.test_observe import metered_daemon
 from tests.protocol.test_unconfined_metrics import container, cpuset_root
 
