@@ -14,7 +14,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 
-from deviceplugin.observe.httpserver import WORKERS, BoundedHttpServer
+from deviceplugin.observe.httpserver import WORKERS, BoundedHttpServer, request_headers
 from tests.protocol.test_daemon import daemon_process, wait_registered
 from tests.protocol.test_observe import Logs, scrape
 from tests.topologies import fixture_copy
@@ -117,3 +117,10 @@ def test_past_the_connection_limit_the_longest_waiting_connection_makes_room():
             pass  # closed with its half request unread: the same
         for sock in idle:
             sock.close()
+
+
+def test_request_headers_are_read_case_blind_up_to_the_blank_line():
+    request = (b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text\r\nACCEPT-ENCODING: gzip\r\n"
+               b"accept-encoding: br\r\nno colon here\r\n: empty name\r\n\r\nX-After: body\r\n")
+    assert request_headers(request) == {"accept": "application/openmetrics-text", "accept-encoding": "gzip, br"}
+    assert request_headers(b"GET / HTTP/1.0\n\n") == {}
