@@ -101,15 +101,20 @@ OPERATOR_CRDS = {"PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
 
 
 @functools.cache
-def operator_schema(kind: str) -> tuple[str, dict[str, Any]]:
-    """(apiVersion, openAPIV3Schema) of the stored version of the operator's CRD for ``kind`` (``go mod download``)."""
+def operator_crd_dir() -> Path:
+    """The directory of the operator's CRD files in the module cache (``go mod download``, once per session)."""
     import subprocess
 
     download = subprocess.run(["go", "mod", "download", "-json", OPERATOR_MODULE], capture_output=True, text=True,
                               check=False, timeout=600)
     assert download.returncode == 0, f"go mod download {OPERATOR_MODULE}: {download.stdout}{download.stderr}"
-    crd = yaml.safe_load((Path(json.loads(download.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
-                          / OPERATOR_CRDS[kind]).read_text())
+    return Path(json.loads(download.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+
+
+@functools.cache
+def operator_schema(kind: str) -> tuple[str, dict[str, Any]]:
+    """(apiVersion, openAPIV3Schema) of the stored version of the operator's CRD for ``kind``."""
+    crd = yaml.safe_load((operator_crd_dir() / OPERATOR_CRDS[kind]).read_text())
     assert crd["spec"]["names"]["kind"] == kind
     (version,) = [v for v in crd["spec"]["versions"] if v["served"] and v["storage"]]
     return f"{crd['spec']['group']}/{version['name']}", version["schema"]["openAPIV3Schema"]
