@@ -55,6 +55,8 @@ LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 #: (versions, escapings), so a client could ask for any number of them; past these, it is formatted per scrape.
 FIXED_FORMATS = 8
 
+#: The format Prometheus asks for first.
+OPENMETRICS = "application/openmetrics-text;version=1.0.0"
 #: What OpenMetrics puts last; the fixed families go before the rest, so their copy ends without it.
 _EOF = b"# EOF\n"
 
@@ -212,16 +214,21 @@ class Metrics:
         self._fixed_families = _Fixed(list(collector.fixed()))
         self._fixed: dict[str, bytes] = {}  # content type -> the fixed families in it
         self._current = _WithoutCreated(registry)
+        for accept in ("", OPENMETRICS):  # the two formats scrapers ask for, formatted at start
+            self._fixed_part(*choose_encoder(accept))
 
-    def encode(self, accept: str = "") -> tuple[str, bytes]:
-        """(content type, body) of one scrape whose Accept header is ``accept``."""
-        encoder, content_type = choose_encoder(accept)
+    def _fixed_part(self, encoder: Callable[[Collector], bytes], content_type: str) -> bytes:
         fixed = self._fixed.get(content_type)
         if fixed is None:
             fixed = encoder(self._fixed_families).removesuffix(_EOF)
             if len(self._fixed) < FIXED_FORMATS:
                 self._fixed[content_type] = fixed
-        return content_type, fixed + encoder(self._current)
+        return fixed
+
+    def encode(self, accept: str = "") -> tuple[str, bytes]:
+        """(content type, body) of one scrape whose Accept header is ``accept``."""
+        encoder, content_type = choose_encoder(accept)
+        return content_type, self._fixed_part(encoder, content_type) + encoder(self._current)
 
     def render(self) -> bytes:
         """The exposition of one scrape in the text format (what a client that names no format gets)."""
