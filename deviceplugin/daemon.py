@@ -27,6 +27,7 @@ from deviceplugin.events import (
     KubeletRestart,
     PluginDirReplaced,
     Serving,
+    ServingAgain,
     StreamLost,
 )
 from deviceplugin.host import cdi
@@ -138,6 +139,7 @@ class Daemon:
         self.kubelet_socket = settings.kubelet_dir / KUBELET_SOCKET_NAME
         self._servers: dict[str, PoolServer] = {}
         self._registrar: Registrar | None = None
+        self._kubelet_seen = self.kubelet_socket.exists()  # a kubelet.sock created after this one: a restart
         self._events: queue.Queue[_Item] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="cmk-supervisor", daemon=True)
         self._watchers: list[PluginDirWatcher | CpuWatcher] = []
@@ -282,7 +284,8 @@ class Daemon:
             self.events.emit(Serving(resource, str(server.socket_path), len(devices.devices), devices.healthy))
         servers = dict(self._servers)
         self._registrar = Registrar(self.kubelet_socket, registrations, self.events,
-                                    served=lambda resource: servers[resource].socket_is_mine())
+                                    served=lambda resource: servers[resource].socket_is_mine(),
+                                    outage=self._registrar is not None and self._registrar.outage)
         self._registrar.start()
 
     def _stop_serving(self, *, wait: bool = True) -> None:
@@ -337,30 +340,31 @@ class Daemon:
                     self._learn_held()
                 if Wake.CPUS in batch:
                     self._refresh()
+                self._count_kubelet(batch)
                 if self._plugin_dir_replaced():
                     self._rewatch()
-                    self._restart()
+                    self._restart("the plugin directory was replaced")
                 elif (Wake.KUBELET_SOCKET in batch or any(isinstance(i, SocketGone) for i in batch)) \
-                        and self._kubelet_restarted(batch):
-                    self._restart()
+                        and (reason := self._kubelet_restarted(batch)):
+                    self._restart(reason)
                 self._register_lost_pools()  # after a restart: the lost streams were the old servers'
             except Exception:  # the daemon must outlive any single bad event
                 log.exception("handling %s failed; waiting for the next event", sorted(map(str, batch)))
 
-    def _kubelet_restarted(self, batch: set[_Item]) -> bool:
-        """True when a pool may still be tied to a kubelet that is gone; else at most retry now."""
+    def _kubelet_restarted(self, batch: set[_Item]) -> str:
+        """Why a pool may still be tied to a kubelet that is gone (serve anew), or "" (at most retry now)."""
         ours = {server.socket_path.name: server for server in self._servers.values()}
         gone = {item.name for item in batch if isinstance(item, SocketGone)}
         if any(name in ours and not ours[name].socket_is_mine() for name in gone):
-            return True
+            return "a plugin socket of ours was removed"
         current = socket_identity(self.kubelet_socket)
         registrar = self._registrar
         if Wake.KUBELET_SOCKET not in batch or current is None or registrar is None:
-            return False
+            return ""
         if any(identity != current for identity in registrar.registered_with().values()):
-            return True  # registered with the previous kubelet: its streams must end first
+            return "registered with a kubelet that is gone"  # its streams must end first
         registrar.retry_now()  # nothing tied to an old kubelet: just stop waiting out the backoff
-        return False
+        return ""
 
     def _register_lost_pools(self) -> None:
         with self._lost_lock:
@@ -390,10 +394,17 @@ class Daemon:
         self._lock.release()
         self._lock.acquire()
 
-    def _restart(self) -> None:
-        self.events.emit(KubeletRestart(len(self._servers)))
+    def _restart(self, reason: str) -> None:
+        self.events.emit(ServingAgain(len(self._servers), reason))
         self._stop_serving()
         self._serve()
+
+    def _count_kubelet(self, batch: set[_Item]) -> None:
+        """A kubelet.sock created after one was there is a kubelet restart: counted once, whatever it removed."""
+        if Wake.KUBELET_SOCKET in batch:
+            if self._kubelet_seen:
+                self.events.emit(KubeletRestart(len(self._servers)))
+            self._kubelet_seen = True
 
     def _refresh(self) -> None:
         try:

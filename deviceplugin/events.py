@@ -93,12 +93,32 @@ class RegisterFailed(Event):
 
 @dataclass(frozen=True)
 class KubeletRestart(Event):
+    """Once per new ``kubelet.sock``: the servers restart for other reasons too (:class:`ServingAgain`)."""
+
     name: ClassVar[str] = "kubelet_restart"
     servers: int
 
     @property
     def message(self) -> str:
-        return f"kubelet restart seen: stopping {self.servers} servers, serving anew, registering again"
+        return f"kubelet restart seen: a new kubelet.sock; {self.servers} servers running"
+
+
+@dataclass(frozen=True)
+class ServingAgain(Event):
+    """The servers stop and start anew, and every pool registers again; ``reason`` says why.
+
+    Not a count of kubelet restarts: a starting kubelet's sweep lists the directory before it
+    unlinks, so it can remove a socket the daemon bound in reply to that same restart, and the
+    daemon then serves a second time for one kubelet.
+    """
+
+    name: ClassVar[str] = "serving_again"
+    servers: int
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return f"stopping {self.servers} servers, serving anew, registering again: {self.reason}"
 
 
 @dataclass(frozen=True)

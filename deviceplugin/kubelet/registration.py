@@ -118,7 +118,8 @@ class Registrar:
     """
 
     def __init__(self, kubelet_socket: Path, registrations: Sequence[Registration],
-                 events: Events | None = None, *, served: Callable[[str], bool] = lambda resource: True) -> None:
+                 events: Events | None = None, *, served: Callable[[str], bool] = lambda resource: True,
+                 outage: bool = False) -> None:
         self._kubelet_socket = kubelet_socket
         self._served = served
         self._events = events or Events()
@@ -130,8 +131,9 @@ class Registrar:
         self._registered: dict[str, tuple[int, int] | None] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._started = False
-        #: a RegisterFailed was emitted and no pool has registered since: one line per outage, not per pool
-        self._outage = False
+        #: a RegisterFailed was emitted and no pool has registered since: one line per outage, not per pool.
+        #: ``outage``: the registrar this one replaces was in one (servers restarted while the kubelet is away).
+        self._outage = outage
 
     def start(self) -> None:
         with self._lock:
@@ -166,6 +168,12 @@ class Registrar:
                 threads = list(self._threads.values())
             for thread in threads:
                 thread.join()
+
+    @property
+    def outage(self) -> bool:
+        """A RegisterFailed was emitted and no pool registered since."""
+        with self._lock:
+            return self._outage
 
     def retry_now(self) -> None:
         """Cut every backoff wait short: a kubelet has just appeared."""

@@ -10,12 +10,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
 import grpc
 import pytest
@@ -24,18 +21,19 @@ from hypothesis import strategies as st
 
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.daemon import Daemon, DaemonSettings
+from deviceplugin.daemon import Daemon, DaemonSettings, socket_name
+from deviceplugin.events import Event, KubeletRestart, ServingAgain
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.devices import core_device_ids, device_tree
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import format_cpu_list, parse_cpu_list
+from tests.support.daemon import daemon_process
 from tests.topologies import FIXTURES, fixture_copy, set_online
 
 EXCLUSIVE, NON_ISOL = RESOURCE_NAMES[Pool.EXCLUSIVE], RESOURCE_NAMES[Pool.EXCLUSIVE_NON_ISOLCPUS]
 SHARED, INFRA = RESOURCE_NAMES[Pool.SHARED], RESOURCE_NAMES[Pool.INFRA]
 INSTALL_DIR = "/opt/cmk-test/bin"
-REPO = Path(__file__).resolve().parents[2]
 
 
 def isolate_all_but_first_core(sysfs: Path, procfs: Path) -> str:
@@ -282,6 +280,28 @@ def test_kubelet_restart_reregisters_every_pool_with_the_same_ids(kubelet, start
     assert kubelet.violations() == []
 
 
+def test_a_kubelet_restart_whose_sweep_removes_a_rebound_socket_is_counted_once(kubelet, plugin_dir, start_daemon,
+                                                                                 tmp_path):
+    # The real kubelet's start-up sweep lists the directory, then unlinks: it can remove a socket the
+    # daemon rebound a moment before, so one restart makes the daemon serve twice. Here the same order
+    # by hand: the kubelet stops, a socket of ours goes (the daemon serves anew), the new kubelet.sock comes.
+    sysfs, procfs = copy_with_isolcpus("hwloc-32intel64-2p8co2t+8ve", tmp_path)
+    daemon = start_daemon(sysfs, procfs)
+    seen: list[Event] = []
+    daemon.events.listen(seen.append)
+    served = {EXCLUSIVE, SHARED, INFRA}
+    wait_registered(kubelet, served)
+    kubelet.stop()
+    (plugin_dir / socket_name(EXCLUSIVE)).unlink()
+    kubelet.wait_for(lambda: any(isinstance(e, ServingAgain) for e in seen), what="the daemon serving anew")
+    kubelet.start()
+    wait_registered(kubelet, served, count=2)
+    # the new kubelet's own sweep may remove the sockets once more: each time the daemon serves anew
+    assert {e.reason for e in seen if isinstance(e, ServingAgain)} == {"a plugin socket of ours was removed"}
+    assert len([e for e in seen if isinstance(e, KubeletRestart)]) == 1
+    assert kubelet.violations() == []
+
+
 def test_daemon_restart_serves_the_same_ids(kubelet, plugin_dir, start_daemon, tmp_path):
     sysfs, procfs = copy_with_isolcpus("hwloc-fakecpuid1f-64intel64-2p4d2n2c2t", tmp_path)
     first = start_daemon(sysfs, procfs)
@@ -328,25 +348,6 @@ def test_a_shared_cpu_offline_makes_every_shared_slot_unhealthy(kubelet, start_d
 
 
 # --- the process: SIGTERM, bad input, no kubelet ----------------------------------------------
-
-def daemon_process(plugin_dir: Path, sysfs: Path, procfs: Path, *flags: str,
-                   stderr: IO[str] | int = subprocess.PIPE) -> subprocess.Popen[str]:
-    """The CLI daemon; its CDI spec goes to ``<plugin_dir>/cdi`` and its NFD file to ``<plugin_dir>/features.d``
-    unless the flags say otherwise (never /var/run/cdi, the host's features.d or its infra record).
-
-    ``stderr``: a file for a test that lets the daemon log more than a pipe holds while nobody reads it."""
-    if "--cdi-dir" not in flags and "--no-cdi" not in flags:
-        flags = (*flags, "--cdi-dir", str(plugin_dir / "cdi"))
-    if "--install-dir" not in flags:
-        flags = (*flags, "--no-infra-record")  # never the host's /opt/bin/cmk-infra-cpus
-    return subprocess.Popen(
-        [sys.executable, "-m", "deviceplugin", "device-plugin", "--kubelet-dir", str(plugin_dir),
-         "--sysfs-root", str(sysfs), "--procfs-root", str(procfs),
-         "--nfd-features-dir", str(plugin_dir / "features.d"), *flags],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-
 
 def our_sockets(plugin_dir: Path) -> list[str]:
     return sorted(p.name for p in plugin_dir.iterdir() if p.name.startswith("cmk-") and p.name.endswith(".sock"))
