@@ -103,12 +103,22 @@ def registration_problem(request: pb.RegisterRequest) -> str | None:
     return None
 
 
-def remove_sockets(directory: Path) -> None:
-    """What a starting kubelet does to the device plugin directory: unlink every socket, keep other files."""
-    for entry in directory.iterdir():
+SWEEP_GAP_SECONDS = 0.005  # between the listing and each unlink: the window the real sweep leaves open
+
+
+def remove_sockets(directory: Path, gap: float = SWEEP_GAP_SECONDS) -> None:
+    """What a starting kubelet does to the device plugin directory: unlink every socket, keep other files.
+
+    As the kubelet's ``removeContents`` does: list the names first, then stat and unlink each. A
+    plugin that rebinds its socket between the listing and the unlink loses the new socket: the
+    real kubelet does that to a daemon that reacts to the restart quickly, so the stand-in must too.
+    """
+    for name in [entry.name for entry in directory.iterdir()]:
+        time.sleep(gap)
+        path = directory / name
         try:
-            if stat.S_ISSOCK(entry.lstat().st_mode):
-                entry.unlink()
+            if stat.S_ISSOCK(path.stat().st_mode):
+                path.unlink()
         except FileNotFoundError:
             pass
 
