@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import Any
 
 import grpc
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from api.v1beta1 import deviceplugin_pb2 as pb
 from deviceplugin import __version__
@@ -43,6 +41,7 @@ from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixtu
     three_pool_pod,
     wait_registered,
 )
+from tests.support.metrics import Samples, scrape, value
 from tests.topologies import fixture_copy, set_online
 
 SPREAD_DUMP = "hwloc-fakecpuid1f-64intel64-2p4d2n2c2t"  # SMT2, many NUMA nodes: spread puts each core on its own
@@ -198,20 +197,6 @@ class Logs:
 
     def join(self) -> None:
         self._thread.join(timeout=10)
-
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def scrape(address: str) -> Samples:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, frozenset(labels.items())))
 
 
 def eventually(address: str, check: Callable[[Samples], bool], what: str, timeout: float = 20.0) -> Samples:
