@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deviceplugin.kubelet.podresources import read_assignments
-from tests.cluster.node import BUSYBOX_IMAGE, NODE_NAME, Node
+from deviceplugin.kubelet.podresources import Unavailable, read_assignments
+from tests.cluster.node import BUSYBOX_IMAGE, NODE_NAME, ComponentFailed, Node, wait_for
 from tests.e2e.podman import cgroup_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +100,81 @@ def write_overlay(node: Node, image: str, threads_per_core: int) -> Path:
                                 "options": {"disableNameSuffixHash": True}}],
     }, indent=2))
     return overlay
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The deployed product and the plan its daemon's own ``cmk describe`` prints on this node."""
+
+    node: Node
+    overlay: Path
+    plan: dict[str, Any]  # describe --output json: "topology", "plan"
+
+    @property
+    def threads_per_core(self) -> int:
+        return int(self.plan["topology"]["threads_per_core_max"])
+
+    def pools(self) -> list[dict[str, Any]]:
+        return list(self.plan["plan"]["pools"])
+
+    def served(self) -> set[str]:
+        """The resources this node advertises (pools with CPUs)."""
+        return {p["resource"] for p in self.pools() if p["advertised"]}
+
+    def device_cpus(self, resource: str, device: str) -> str:
+        """The CPUs a device of ``resource`` stands for: its core's for core pools, the pool's for slots."""
+        (pool,) = [p for p in self.pools() if p["resource"] == resource]
+        return str(pool["devices"].get(device, pool["cpus"]) if pool["unit"] == "cores" else pool["cpus"])
+
+
+def rollout(node: Node, timeout: int = 240) -> None:
+    """``kubectl rollout status`` of the DaemonSet, then the node's status catching up with the kubelet.
+
+    On failure the pods, events and components' logs say why.
+    """
+    result = node.kubectl("-n", NAMESPACE, "rollout", "status", f"daemonset/{DAEMONSET}", f"--timeout={timeout}s",
+                          check=False, timeout=timeout + 30)
+    if result.returncode != 0:
+        pods = node.kubectl("-n", NAMESPACE, "describe", "pods", check=False).stdout[-4000:]
+        raise ComponentFailed(f"rollout of {DAEMONSET}: {result.stderr}\n{pods}\n{node.log_tails()}")
+    wait_for("the node's status shows the pools the kubelet registered", lambda: node_shows_registered(node), 90)
+
+
+def node_shows_registered(node: Node) -> bool:
+    """True once the node's capacity and allocatable count each resource's devices as the kubelet does.
+
+    The kubelet's count is its pod resources API's (GetAllocatableResources), not the plan: the
+    tests compare the node's status with the plan.
+
+    The DaemonSet is ready as soon as the kubelet holds each pool's stream; the node's status follows
+    at the kubelet's next status update.
+    """
+    try:
+        allocatable = read_assignments(node.pod_resources_socket, timeout=2).allocatable or {}
+    except Unavailable:
+        return False
+    status = node.kubectl_json("get", "node", NODE_NAME)["status"]
+    held = {resource: str(len(ids)) for resource, ids in allocatable.items() if ids}
+    return bool(held) and all(status.get(part, {}).get(resource) == count for resource, count in held.items()
+                              for part in ("capacity", "allocatable"))
+
+
+def deploy_product(node: Node) -> Deployment:
+    """README's steps 2 and 3 on ``node``: label, ``kubectl apply -k`` of the test overlay and of
+    ``deploy/admission``, the rollout; then the plan the daemon's own ``cmk describe`` prints."""
+    # the daemon's image says what this node has; the overlay needs its threads per core up front
+    topology = json.loads(subprocess.run(
+        [sys.executable, "-m", "deviceplugin", "describe", "--output", "json", "--usage-window", "0"],
+        cwd=ROOT, capture_output=True, text=True, check=True).stdout)["topology"]
+    node.kubectl("label", "node", NODE_NAME, "cmk.intel.com/cpu-pools=default")
+    overlay = write_overlay(node, node.product_image, int(topology["threads_per_core_max"]))
+    node.kubectl("apply", "-k", str(overlay))
+    node.kubectl("apply", "-k", str(DEPLOY / "admission"))
+    rollout(node)
+    described = node.kubectl("-n", NAMESPACE, "exec", f"daemonset/{DAEMONSET}", "-c", "daemon", "--", "cmk",
+                             "describe", "--config", "/etc/cmk/config.yaml", "--output", "json",
+                             "--usage-window", "0")
+    return Deployment(node, overlay, json.loads(described.stdout))
 
 
 def overlay_changes(node: Node, overlay: Path) -> list[tuple[str, Any, Any]]:

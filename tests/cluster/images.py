@@ -8,11 +8,19 @@ what ``.ci/build-image`` builds, as README's users build it. Each leaves buildah
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
-from tests.cluster.node import BUSYBOX_IMAGE, PAUSE_IMAGE
+from tests.cluster.node import (
+    BUSYBOX_IMAGE,
+    PAUSE_IMAGE,
+    ComponentFailed,
+    Node,
+    running_node,
+)
 from tests.e2e.podman import busybox_image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,3 +77,26 @@ def product_archive(target: Path) -> tuple[str, Path]:
         return PRODUCT_IMAGE, _archive(PRODUCT_IMAGE, PRODUCT_IMAGE, target)
     finally:
         subprocess.run(["buildah", "rmi", PRODUCT_IMAGE], capture_output=True, check=False)
+
+
+def cluster_bin() -> Path:
+    """Where the node's binaries are: ``.ci/test`` exports it; run alone, the build script says (and builds)."""
+    if os.environ.get("CMK_CLUSTER_BIN"):
+        return Path(os.environ["CMK_CLUSTER_BIN"])
+    result = subprocess.run([str(ROOT / ".ci/build-cluster")], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ComponentFailed(f".ci/build-cluster failed:\n{result.stderr[-3000:]}")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def node_with_images(work: Path) -> Iterator[Node]:
+    """The node up with the pause, busybox and product images imported (``work``: the archives' and logs' room)."""
+    binaries = cluster_bin()
+    product, archive = product_archive(work / "product.tar")
+    archives = [pause_archive(binaries / "pause", work / "pause.tar"), busybox_archive(work / "busybox.tar"), archive]
+    with running_node(binaries, work / "logs", archives) as up:
+        for path in archives:
+            path.unlink()
+        up.product_image = product
+        yield up

@@ -25,6 +25,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -473,6 +474,33 @@ state = "{d / 'state'}"
             f"--kubeconfig={self.path('pki', 'kubelet.kubeconfig')}", f"--hostname-override={NODE_NAME}",
             f"--cert-dir={root / 'pki'}", "--v=2",
         ])
+
+    def reconfigure_kubelet(self, **settings: Any) -> None:
+        """Restart the kubelet with ``settings`` changed in its KubeletConfiguration (``None`` drops one).
+
+        A CPU manager policy change also drops the kubelet's CPU manager checkpoint, as the kubelet
+        asks an operator to: it refuses to start on a checkpoint of another policy. No pod may run.
+        """
+        config_file = self.kubelet_root / "config.yaml"
+        config = json.loads(config_file.read_text())
+        for key, value in settings.items():
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        self.processes["kubelet"].stop()
+        config_file.write_text(json.dumps(config, indent=2))
+        (self.kubelet_root / "cpu_manager_state").unlink(missing_ok=True)
+        self.start_kubelet()
+        self._wait(self.processes["kubelet"], "the kubelet's healthz", self.kubelet_healthy, 180)
+        self._wait(self.processes["kubelet"], f"node {NODE_NAME} Ready", self.node_ready, 180)
+
+    def kubelet_healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports['kubelet-healthz']}/healthz", timeout=2) as answer:
+                return bool(answer.read() == b"ok")
+        except OSError:
+            return False
 
     def restart_kubelet(self) -> float:
         """Stop the kubelet (SIGTERM, as systemd does) and start it again; returns the monotonic start time."""

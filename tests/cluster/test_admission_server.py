@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 from tests.admission import Request, denials, kubectl_error
-from tests.cluster.conftest import Deployment
-from tests.cluster.deploy import DEPLOY, NAMESPACE, render
+from tests.cluster.deploy import DEPLOY, NAMESPACE, Deployment, render
 from tests.cluster.node import Node, wait_for
 from tests.unit.test_admission_policy import ACCEPTED, REFUSED
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cluster.conftest import Deployment
-from tests.cluster.deploy import describe_node, describe_section
+from tests.cluster.deploy import Deployment, describe_node, describe_section
 
 
 @pytest.mark.parametrize("section", ["Capacity", "Allocatable"])

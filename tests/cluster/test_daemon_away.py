@@ -17,13 +17,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.cluster.conftest import Deployment, rollout
 from tests.cluster.deploy import (
     NAMESPACE,
+    Deployment,
     PinnedState,
     delete_pod,
     example,
     pinned_state,
+    rollout,
     start_pod,
     workload_pod,
 )

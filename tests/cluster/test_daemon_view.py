@@ -14,8 +14,7 @@ import json
 import re
 
 from pinner.cpulist import parse_cpu_list
-from tests.cluster.conftest import Deployment
-from tests.cluster.deploy import DAEMONSET, NAMESPACE
+from tests.cluster.deploy import DAEMONSET, NAMESPACE, Deployment
 
 METRICS = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9464/metrics').read().decode())"
 MASKED = "import os, stat; print(stat.S_ISCHR(os.stat('/proc/interrupts').st_mode))"

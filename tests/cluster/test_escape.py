@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from pinner.cpulist import parse_cpu_list
-from tests.cluster.conftest import Deployment
 from tests.cluster.deploy import (
+    Deployment,
     delete_pod,
     devices_of,
     example,

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 import pytest
 
 from deviceplugin.kubelet.podresources import Unavailable, read_assignments
-from tests.cluster.conftest import Deployment, node_shows_registered
 from tests.cluster.deploy import (
     NAMESPACE,
+    Deployment,
     PinnedState,
     container_ids,
     delete_pod,
     example,
+    node_shows_registered,
     pinned_state,
     start_pinned_pod,
     start_pod,

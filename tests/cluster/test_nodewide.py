@@ -6,8 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from pinner.cpulist import parse_cpu_list
-from tests.cluster.conftest import Deployment
-from tests.cluster.deploy import container_ids, delete_pod, start_pod, view
+from tests.cluster.deploy import Deployment, container_ids, delete_pod, start_pod, view
 from tests.cluster.node import BUSYBOX_IMAGE
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tests.cluster.conftest import Deployment
 from tests.cluster.deploy import (
     DAEMONSET,
     NAMESPACE,
     PRODUCT_PREFIX,
+    Deployment,
     moved,
     node_paths,
     overlay_changes,

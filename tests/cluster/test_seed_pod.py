@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from pinner.cpulist import parse_cpu_list
-from tests.cluster.conftest import Deployment
 from tests.cluster.deploy import (
     RESOURCE_PREFIX,
+    Deployment,
     cdi_device_name,
     cdi_spec,
     container_ids,

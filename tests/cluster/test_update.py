@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.cluster.conftest import Deployment, rollout
 from tests.cluster.deploy import (
     DEPLOY,
     NAMESPACE,
+    Deployment,
     PinnedState,
     delete_pod,
     pinned_state,
+    rollout,
     start_pinned_pod,
 )
 
