@@ -36,9 +36,9 @@ from tests.cluster.deploy import (
     start_pod,
     workload_pod,
 )
-from tests.cluster.node import wait_for
+from tests.cluster.node import Node, wait_for
 from tests.support.daemon import daemon_process
-from tests.support.metrics import Samples, scrape
+from tests.support.metrics import Samples, samples, scrape
 
 #: the daemon's counters of kubelet calls: (metric, label) -> compared per label value
 CALLS = (("cmk_allocate_duration_seconds_count", "pool"), ("cmk_preferred_allocation_duration_seconds_count", "pool"),
@@ -95,30 +95,42 @@ def as_podspec(manifest: dict[str, Any]) -> PodSpec:
         for c in manifest["spec"]["containers"]))
 
 
-def eventually(read: Callable[[], Samples], check: Callable[[Samples], bool], what: str) -> Samples:
+def eventually(read: Callable[[], Samples], check: Callable[[Samples], bool]) -> Samples:
+    """Read until ``check`` holds or a minute passed; a read may fail meanwhile (a restarting kubelet
+    answers an exec with "pod does not exist" until it has synced its pods)."""
     deadline = time.monotonic() + 60
     while True:
-        samples = read()
-        if check(samples) or time.monotonic() > deadline:
-            return samples  # the comparison then says what is missing
-        time.sleep(0.2)
+        try:
+            samples = read()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+        else:
+            if check(samples) or time.monotonic() > deadline:
+                return samples  # the comparison then says what is missing
+        time.sleep(0.5)
 
 
 def registered_again(before: Samples, served: set[str]) -> Callable[[Samples], bool]:
     return lambda after: all(v >= 1 for r, v in grown(before, after)[1].items() if r in served) and bool(served)
 
 
+def scrape_in_pod(node: Node) -> Samples:
+    """The daemon's ``/metrics`` read inside its pod: this node's pod network has no route from the host."""
+    read = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9464/metrics', timeout=10).read().decode())"
+    result = node.kubectl("-n", NAMESPACE, "exec", f"daemonset/{DAEMONSET}", "-c", "daemon", "--", "python3", "-c", read)
+    return samples(result.stdout)
+
+
 @pytest.fixture(scope="module")
 def real(deployed: Deployment) -> Seen:
     node = deployed.node
-    (pod,) = node.kubectl_json("-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/component=daemon")["items"]
-    address = f"{pod['status']['podIP']}:9464"
     since = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    before = scrape(address)
+    before = scrape_in_pod(node)
     delete_pod(node, start_pod(node, seed_pod(deployed)))
     node.restart_kubelet()
     wait_for("every pool registered with the new kubelet", lambda: node_shows_registered(node), 120)
-    after = eventually(lambda: scrape(address), registered_again(before, deployed.served()), "registered again")
+    after = eventually(lambda: scrape_in_pod(node), registered_again(before, deployed.served()))
     logs = node.kubectl("-n", NAMESPACE, "logs", f"daemonset/{DAEMONSET}", "-c", "daemon", f"--since-time={since}")
     calls, registrations = grown(before, after)
     return Seen(calls, registrations, allocated([text_fields(line) for line in logs.stdout.splitlines()]))
@@ -147,7 +159,7 @@ def standin(deployed: Deployment) -> Iterator[Seen]:
             kubelet.admit(as_podspec(seed_pod(deployed)))
             kubelet.delete_pod("parity")
             kubelet.restart()
-            after = eventually(lambda: scrape(address), registered_again(before, served), "registered again")
+            after = eventually(lambda: scrape(address), registered_again(before, served))
         finally:
             process.terminate()
             rest, _ = process.communicate(timeout=30)

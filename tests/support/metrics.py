@@ -11,7 +11,11 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 def scrape(address: str) -> Samples:
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
+        return samples(reply.read().decode())
+
+
+def samples(text: str) -> Samples:
+    """The text exposition format as samples."""
     return {(s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
