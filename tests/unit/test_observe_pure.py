@@ -241,7 +241,7 @@ def test_every_event_has_its_own_name_and_the_docs_list_it():
 
     names = [cls.name for cls in vars(catalogue).values()
              if isinstance(cls, type) and issubclass(cls, Event) and cls is not Event]
-    assert len(names) == len(set(names)) == 24
+    assert len(names) == len(set(names)) and "serving_again" in names  # unique; the catalogue is read whole
     docs = Path(__file__).resolve().parents[2].joinpath("docs/user/observability.md").read_text()
     logs = docs.partition("\n## Logs\n")[2]
     listed = set(re.findall(r"`([a-z_]+)`", logs.partition("\n## ")[0]))
