@@ -112,7 +112,13 @@ def eventually(read: Callable[[], Samples], check: Callable[[Samples], bool]) ->
 
 
 def registered_again(before: Samples, served: set[str]) -> Callable[[Samples], bool]:
-    return lambda after: all(v >= 1 for r, v in grown(before, after)[1].items() if r in served) and bool(served)
+    """Every pool registered again and the restart counted (the count follows the new kubelet.sock's
+    inotify event, which the daemon may take after a registration already went through)."""
+    def done(after: Samples) -> bool:
+        calls, registrations = grown(before, after)
+        return bool(served) and all(registrations.get(r, 0) >= 1 for r in served) \
+            and calls.get("cmk_kubelet_restarts_total{}", 0) >= 1
+    return done
 
 
 def scrape_in_pod(node: Node) -> Samples:
@@ -162,7 +168,7 @@ def standin(deployed: Deployment) -> Iterator[Seen]:
             after = eventually(lambda: scrape(address), registered_again(before, served))
         finally:
             process.terminate()
-            rest, _ = process.communicate(timeout=30)
+            _, rest = process.communicate(timeout=30)
             kubelet.stop()
         lines += [json.loads(line) for line in (rest or "").splitlines() if line.strip()]
         calls, registrations = grown(before, after)
