@@ -125,7 +125,6 @@ def _serve(args: argparse.Namespace) -> int:
 
     _tune_malloc()  # before the first thread: arenas are made per thread
     events = Events()
-    events.emit(Starting(**build_info()))
     daemon = _daemon(args, events)
 
     # SIGTERM/SIGINT are blocked before the first thread starts (every thread inherits the mask) and
@@ -137,6 +136,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         with ExitStack() as cleanup:
             _observe(daemon, events, args, cleanup)
+            # once nothing of the start can fail on input: a failed start stays a single line
+            events.emit(Starting(**build_info()))
             cleanup.callback(daemon.stop)
             daemon.start()
             _remember_plan(daemon, events)  # only now: a plan that served, on this node

@@ -127,7 +127,7 @@ def test_describe_names_the_withheld_core(kubelet, run_daemon, tmp_path, caplog)
     import subprocess
     import sys
 
-    from tests.protocol.test_daemon import REPO
+    from tests.support.daemon import REPO
 
     first, _ = run_daemon(num_exclusive_cores=3, num_shared_cores=1)
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})

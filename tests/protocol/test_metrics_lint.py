@@ -22,12 +22,12 @@ from deviceplugin.standin import Kubelet
 from tests.protocol.test_daemon import (
     EXCLUSIVE,
     INFRA,
-    REPO,
     SHARED,
     three_pool_pod,
     wait_registered,
 )
 from tests.protocol.test_observe import eventually, metered_daemon, pool_values
+from tests.support.daemon import REPO
 from tests.topologies import set_online
 
 RULES = REPO / "deploy" / "prometheus" / "health-rules.yaml"

@@ -31,7 +31,6 @@ from pinner.cpulist import format_cpu_list
 from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
     EXCLUSIVE,
     INFRA,
-    REPO,
     SHARED,
     copy_with_isolcpus,
     cpus_of,
@@ -41,6 +40,7 @@ from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixtu
     three_pool_pod,
     wait_registered,
 )
+from tests.support.daemon import REPO
 from tests.support.metrics import Samples, scrape, value
 from tests.topologies import fixture_copy, set_online
 
@@ -383,7 +383,7 @@ def test_a_busy_metrics_port_is_one_line_and_serves_nothing(kubelet, plugin_dir,
     assert stderr.count("\n") == 1 and kubelet.registrations() == []
 
 
-def test_the_daemon_names_its_release_first_in_its_log_and_in_cmk_build_info(kubelet: Kubelet, plugin_dir, tmp_path):
+def test_the_daemon_names_its_release_before_it_serves_and_in_cmk_build_info(kubelet: Kubelet, plugin_dir, tmp_path):
     daemon = metered_daemon(kubelet, plugin_dir, tmp_path)
     try:
         address = daemon.logs.wait_for("metrics_serving")["address"]
@@ -392,8 +392,11 @@ def test_the_daemon_names_its_release_first_in_its_log_and_in_cmk_build_info(kub
         daemon.process.terminate()
         daemon.process.wait(timeout=20)
         daemon.logs.join()
-    first = daemon.logs.lines[0]
-    assert (first["event"], first["version"]) == ("starting", __version__)
+    # before anything is served, after what could still fail the start (which stays a single line)
+    events = [line.get("event") for line in daemon.logs.lines]
+    assert events.count("starting") == 1 and events.index("starting") < events.index("serving")
+    first = daemon.logs.lines[events.index("starting")]
+    assert first["version"] == __version__
     assert first["msg"].startswith(f"cmk-deviceplugin {__version__} starting")
     assert value(samples, "cmk_build_info", version=__version__, python=platform.python_version(),
                  machine=platform.machine()) == 1
