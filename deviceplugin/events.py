@@ -35,7 +35,7 @@ class Event:
 
 @dataclass(frozen=True)
 class Starting(Event):
-    """The daemon's first line: which release is running, so a log says it without a shell on the node."""
+    """Logged before the daemon serves (after what could fail its start): which release is running, so a log says it without a shell on the node."""
 
     name: ClassVar[str] = "starting"
     version: str
