@@ -35,7 +35,7 @@ class Event:
 
 @dataclass(frozen=True)
 class Starting(Event):
-    """Logged before the daemon serves (after what could fail its start): which release is running, so a log says it without a shell on the node."""
+    """Logged once the start went through (a failed start stays one line): which release is running, so a log says it without a shell on the node."""
 
     name: ClassVar[str] = "starting"
     version: str

@@ -136,10 +136,10 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         with ExitStack() as cleanup:
             _observe(daemon, events, args, cleanup)
-            # once nothing of the start can fail on input: a failed start stays a single line
-            events.emit(Starting(**build_info()))
             cleanup.callback(daemon.stop)
             daemon.start()
+            # only once the start went through: a failed start stays a single line
+            events.emit(Starting(**build_info()))
             _remember_plan(daemon, events)  # only now: a plan that served, on this node
             if args.nfd:  # labels say what is served: written once serving has started
                 _write_nfd(daemon, events, args.nfd_features_dir, cleanup)

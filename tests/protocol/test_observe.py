@@ -383,7 +383,7 @@ def test_a_busy_metrics_port_is_one_line_and_serves_nothing(kubelet, plugin_dir,
     assert stderr.count("\n") == 1 and kubelet.registrations() == []
 
 
-def test_the_daemon_names_its_release_before_it_serves_and_in_cmk_build_info(kubelet: Kubelet, plugin_dir, tmp_path):
+def test_the_daemon_names_its_release_once_started_and_in_cmk_build_info(kubelet: Kubelet, plugin_dir, tmp_path):
     daemon = metered_daemon(kubelet, plugin_dir, tmp_path)
     try:
         address = daemon.logs.wait_for("metrics_serving")["address"]
@@ -392,9 +392,9 @@ def test_the_daemon_names_its_release_before_it_serves_and_in_cmk_build_info(kub
         daemon.process.terminate()
         daemon.process.wait(timeout=20)
         daemon.logs.join()
-    # before anything is served, after what could still fail the start (which stays a single line)
+    # once the start went through (a failed start stays a single line), before any allocation
     events = [line.get("event") for line in daemon.logs.lines]
-    assert events.count("starting") == 1 and events.index("starting") < events.index("serving")
+    assert events.count("starting") == 1 and events.index("serving") < events.index("starting")
     first = daemon.logs.lines[events.index("starting")]
     assert first["version"] == __version__
     assert first["msg"].startswith(f"cmk-deviceplugin {__version__} starting")
