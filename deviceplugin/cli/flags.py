@@ -111,6 +111,8 @@ def whole(check: Callable[[str], int]) -> Callable[[object], int]:
     """A YAML integer (not a string, not a bool), then the flag's own check."""
 
     def convert(value: object) -> int:
+        if isinstance(value, str):  # YAML's "1" and '1' are strings: say so, or "got '1'" reads as nonsense
+            raise TypeError(f"expected a whole number, got the quoted string {value!r}: write it without quotes")
         if type(value) is not int:
             raise TypeError("expected a whole number")
         return check(str(value))

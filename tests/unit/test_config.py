@@ -70,6 +70,15 @@ def test_bad_values_name_the_key(data, message):
     assert "\n" not in str(info.value) and str(info.value).startswith("cmk.yaml: ")
 
 
+def test_a_quoted_number_is_named_a_quoted_string(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text('num-exclusive-cores: "1"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).endswith("key 'num-exclusive-cores': expected a whole number, got the quoted string "
+                                    "'1': write it without quotes")
+
+
 def test_a_list_document_is_refused(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("- 1\n")
