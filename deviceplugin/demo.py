@@ -174,14 +174,15 @@ class Demo:
 
     # --- the walkthrough ----------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self) -> int:
+        """The walkthrough; returns how many containers ran pinned (0: the demo showed no pinning at all)."""
         try:
-            self._walkthrough()
+            return self._walkthrough()
         finally:
             with _signals_ignored():
                 self._stack.close()
 
-    def _walkthrough(self) -> None:
+    def _walkthrough(self) -> int:
         s = self.settings
         this_machine = s.sysfs_root.resolve() == Path("/sys").resolve()
         topology = discover(s.sysfs_root, s.procfs_root)
@@ -277,6 +278,7 @@ class Demo:
         self.out("", f"done: {pinned} of {len(self._running)} containers ran pinned to the CPUs their devices name"
                      + ("" if pinned == len(self._running) else
                         f"; the pinner refused {len(self._running) - pinned} whose CPUs are not this machine's to give here"))
+        return pinned
 
     # --- steps ----------------------------------------------------------------------------
 

@@ -245,25 +245,28 @@ class NfdWritten(Event):
 
 
 @dataclass(frozen=True)
-class NfdRemoved(Event):
-    name: ClassVar[str] = "nfd_removed"
+class NfdExpiring(Event):
+    """At stop: the labels stay until ``expiry`` (a rollout's next daemon rewrites them first: no flapping)."""
+
+    name: ClassVar[str] = "nfd_expiring"
     path: str
+    expiry: str
 
     @property
     def message(self) -> str:
-        return f"removed {self.path}"
+        return f"kept {self.path} with NFD expiry {self.expiry}: the next daemon rewrites it, else NFD drops it then"
 
 
 @dataclass(frozen=True)
-class NfdRemoveFailed(Event):
-    name: ClassVar[str] = "nfd_remove_failed"
+class NfdExpiryFailed(Event):
+    name: ClassVar[str] = "nfd_expiry_failed"
     level: ClassVar[int] = logging.WARNING
     path: str
     error: str
 
     @property
     def message(self) -> str:
-        return f"cannot remove {self.path}: {self.error}"
+        return f"cannot mark {self.path} expiring: {self.error}; its labels stay until the file is removed"
 
 
 @dataclass(frozen=True)
@@ -359,6 +362,23 @@ class NfdKept(Event):
     @property
     def message(self) -> str:
         return f"left {self.path} alone: it is not the file this daemon wrote"
+
+
+@dataclass(frozen=True)
+class ConfigActive(Event):
+    """Which section of ``--config`` this node took and its generation (``cmk_config_info``, ``cmk describe``)."""
+
+    name: ClassVar[str] = "config_active"
+    level: ClassVar[int] = logging.INFO
+    path: str
+    section: str
+    generation: str
+    node: str
+
+    @property
+    def message(self) -> str:
+        node = f" for node {self.node}" if self.node else ""
+        return f"config {self.path}: section {self.section}{node}, generation {self.generation}"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,16 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from deviceplugin.cli.flags import PLAN, ROOTS, add_flags, plan_options
+from deviceplugin.cli.configfile import apply_config_file, defer_defaults
+from deviceplugin.cli.flags import (
+    NODE_NAME,
+    PLAN,
+    ROOTS,
+    FlagGroup,
+    add_flags,
+    config_flag,
+    plan_options,
+)
 from deviceplugin.model.limits import parse_seconds
 
 
@@ -34,7 +43,7 @@ def _seconds(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_flags(parser, ROOTS, PLAN)
+    defer_defaults(parser, add_flags(parser, ROOTS, PLAN, FlagGroup(None, (config_flag("the demo"), NODE_NAME))))
     group = parser.add_argument_group("demo")
     group.add_argument("--hold", type=_seconds, default=0.0, metavar="SECONDS",
                        help="keep the pod's processes running this long before deleting the pod, to "
@@ -54,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from deviceplugin.demo import Demo, DemoSettings
 
+    apply_config_file(args)  # before anything starts: a bad file is one line
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = DemoSettings(sysfs_root=Path(args.sysfs_root), procfs_root=Path(args.procfs_root),
                             plan=plan_options(args), hold=args.hold, stdin=sys.stdin)
@@ -63,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        Demo(settings, write).run()
+        pinned = Demo(settings, write).run()
     except KeyboardInterrupt:
         print("cmk demo: interrupted; everything it started is stopped and removed", file=sys.stderr)
         return 130
@@ -73,4 +83,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if not pinned:  # nothing was shown pinned: a script's `cmk demo && ...` must not read that as success
+        print("cmk demo: error: no container ran pinned: none of the CPUs their devices name are this "
+              "process's to give (see the refusals above)", file=sys.stderr)
+        return 1
     return 0

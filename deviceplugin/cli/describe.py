@@ -15,22 +15,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deviceplugin.cli.configfile import UNSET, apply_config, defer_defaults, load_config
+from deviceplugin.cli.configfile import UNSET, apply_config_file, defer_defaults
 from deviceplugin.cli.flags import (
-    CONFIG_HELP,
     DEFAULT_SYSFS_ROOT,
+    NODE_NAME,
     PLAN,
     ROOTS,
-    Flag,
     FlagGroup,
     add_flags,
+    config_flag,
     plan_options,
     pod_resources_socket,
 )
 from deviceplugin.host.install import built_pinner, unbuilt_note
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.plan import plan_pools
-from deviceplugin.view.describe import describe_data, render_table
+from deviceplugin.view.describe import config_data, describe_data, render_table
 
 if TYPE_CHECKING:
     from deviceplugin.model.cpustats import Place
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     own = FlagGroup(None, (
         pod_resources_socket("read for the live view"),
-        Flag(name="config", parse=Path, metavar="FILE",
-             help=f"the daemon's --config YAML file, so describe plans exactly as the daemon does; {CONFIG_HELP}"),
+        config_flag("describe"),
+        NODE_NAME,
     ))
     planning = add_flags(parser, ROOTS, PLAN, own)
     parser.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
@@ -70,12 +70,14 @@ def run(args: argparse.Namespace) -> int:
     from deviceplugin.model.withheld import withheld_cores
     from deviceplugin.view.live import live_data, unavailable
 
-    file_values = load_config(args.config) if args.config else {}
-    socket_given = args.pod_resources_socket is not UNSET or "pod_resources_socket" in file_values
-    apply_config(args, file_values)
+    socket_unset = args.pod_resources_socket is UNSET
+    active = apply_config_file(args)
+    socket_given = not socket_unset or (active is not None and "pod_resources_socket" in active.values)
     topology = discover(args.sysfs_root, args.procfs_root)
     plan = plan_pools(topology, plan_options(args))
     data = describe_data(topology, plan)
+    if active is not None:
+        data["config"] = config_data(str(args.config), active.section, active.generation, active.node)
     note = unbuilt_note(built_pinner())
     if note:
         data["plan"]["notes"].append(note)

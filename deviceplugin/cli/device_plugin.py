@@ -15,10 +15,16 @@ import argparse
 import gc
 import signal
 from contextlib import ExitStack
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deviceplugin.cli.configfile import apply_config, defer_defaults, load_config
+from deviceplugin.cli.configfile import (
+    ActiveConfig,
+    apply_config,
+    apply_config_file,
+    defer_defaults,
+)
 from deviceplugin.cli.flags import DAEMON_FLAGS, add_flags, plan_options
 from deviceplugin.errors import CmkError
 from deviceplugin.model.plan import PlanOptions
@@ -48,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return err.exit_code
 
 
-def _daemon(args: argparse.Namespace, events: Events) -> Daemon:
+def _daemon(args: argparse.Namespace, events: Events) -> tuple[Daemon, ActiveConfig | None]:
     """The daemon of the config, or, when the config or its plan is bad, of the last plan served.
 
     The running daemon is gone already (a rollout stops it first), so refusing
@@ -70,8 +76,8 @@ def _daemon(args: argparse.Namespace, events: Events) -> Daemon:
         return Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
 
     try:
-        apply_config(args, load_config(args.config) if args.config else {})
-        return make(plan_options(args), None)
+        active = apply_config_file(args)
+        return make(plan_options(args), None), active
     except CmkError as err:
         apply_config(args, {})  # whatever the file could not set: the command line, else the defaults
         last = lastgood.load(args.kubelet_dir)
@@ -83,7 +89,7 @@ def _daemon(args: argparse.Namespace, events: Events) -> Daemon:
             raise err from None
         source = f"--config {args.config} and the flags" if args.config else "the flags"
         events.emit(ConfigRefused(source, str(err), str(lastgood.path_in(args.kubelet_dir))))
-        return daemon
+        return daemon, None
 
 
 def _remember_plan(daemon: Daemon, events: Events) -> None:
@@ -121,11 +127,11 @@ def _tune_malloc() -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from deviceplugin import build_info
-    from deviceplugin.events import Events, Starting
+    from deviceplugin.events import ConfigActive, Events, Starting
 
     _tune_malloc()  # before the first thread: arenas are made per thread
     events = Events()
-    daemon = _daemon(args, events)
+    daemon, active = _daemon(args, events)
 
     # SIGTERM/SIGINT are blocked before the first thread starts (every thread inherits the mask) and
     # taken with sigwait: a Python handler setting an Event the main thread waits on could deadlock
@@ -135,11 +141,13 @@ def _serve(args: argparse.Namespace) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     try:
         with ExitStack() as cleanup:
-            _observe(daemon, events, args, cleanup)
+            _observe(daemon, events, args, cleanup, active)
             cleanup.callback(daemon.stop)
             daemon.start()
             # only once the start went through: a failed start stays a single line
             events.emit(Starting(**build_info()))
+            if active is not None:
+                events.emit(ConfigActive(str(args.config), active.section, active.generation, active.node or ""))
             _remember_plan(daemon, events)  # only now: a plan that served, on this node
             if args.nfd:  # labels say what is served: written once serving has started
                 _write_nfd(daemon, events, args.nfd_features_dir, cleanup)
@@ -152,7 +160,8 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: ExitStack) -> None:
+def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: ExitStack,
+             active: ActiveConfig | None) -> None:
     """Start the resolver and metrics before serving, so the first registrations count; undo on ``cleanup``."""
     from deviceplugin.events import MetricsServing
     from deviceplugin.observe.resolver import AllocationResolver
@@ -175,18 +184,21 @@ def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: 
                                   cpu_stats=cpu_stats, confinement=UnconfinedCollector(
                                       sysfs_root=args.sysfs_root, exclusive=exclusive_cpus(daemon.plan),
                                       rescan_seconds=args.cgroup_scan_seconds))
-        metrics = Metrics(collector, daemon.tree, config_fallback=daemon.settings.config_problem is not None)
+        metrics = Metrics(collector, daemon.tree, config_fallback=daemon.settings.config_problem is not None,
+                          config=None if active is None else (active.section, active.generation))
         events.listen(metrics.on_event)
         host, port = cleanup.enter_context(serve_metrics(metrics, *args.metrics_address))
         events.emit(MetricsServing(f"{host}:{port}"))
 
 
 def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitStack) -> None:
-    from deviceplugin.events import NfdKept, NfdRemoved, NfdRemoveFailed, NfdWritten
+    from datetime import datetime
+
+    from deviceplugin.events import NfdExpiring, NfdExpiryFailed, NfdKept, NfdWritten
     from deviceplugin.host.nfd import (
+        expire_features,
         feature_labels,
         file_identity,
-        remove_features,
         write_features,
     )
 
@@ -194,13 +206,13 @@ def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitSta
     path = write_features(directory, labels)
     written = file_identity(path)
 
-    def remove() -> None:
+    def expire() -> None:
         try:
-            removed = remove_features(path, written)
+            expiry = expire_features(path, written, labels, datetime.now(UTC))
         except OSError as err:  # shutting down anyway: say so, still exit 0 as a rollout expects
-            events.emit(NfdRemoveFailed(str(path), err.strerror or str(err)))
+            events.emit(NfdExpiryFailed(str(path), err.strerror or str(err)))
             return
-        events.emit(NfdRemoved(str(path)) if removed else NfdKept(str(path)))
+        events.emit(NfdKept(str(path)) if expiry is None else NfdExpiring(str(path), expiry.isoformat()))
 
-    cleanup.callback(remove)
+    cleanup.callback(expire)
     events.emit(NfdWritten(str(path), tuple(f"{k}={v}" for k, v in labels.items())))

@@ -265,6 +265,17 @@ def pod_resources_socket(purpose: str) -> Flag:
 
 CONFIG_HELP = "flags given on the command line win"
 
+#: Which section of a config file with per-node sections applies (``configfile.select_section``).
+NODE_NAME = Flag(name="node-name", metavar="NAME",
+                 help="the node whose section of a --config file with per-node sections applies "
+                      "(default: $NODE_NAME, which the DaemonSet sets from spec.nodeName)")
+
+
+def config_flag(command: str) -> Flag:
+    """``--config`` of a planning command, so it plans exactly as the daemon does for the same file."""
+    return Flag(name="config", parse=Path, metavar="FILE",
+                help=f"the daemon's --config YAML file, so {command} plans exactly as the daemon does; {CONFIG_HELP}")
+
 DAEMON = FlagGroup("daemon", (
     Flag(name="kubelet-dir", parse=Path, load=path_value, default=Path(DEVICE_PLUGIN_DIR), metavar="DIR",
          help=f"the kubelet's device-plugin directory (default: {DEVICE_PLUGIN_DIR})"),
@@ -290,8 +301,9 @@ DAEMON = FlagGroup("daemon", (
               "when the daemon stops (restarted containers still name its devices): docs/user/"
               f"upgrade-uninstall.md says when to remove it (default: {DEFAULT_CDI_DIR})"),
     Flag(name="config", parse=Path, metavar="FILE",
-         help="YAML file with these flags as keys, all but --config, --log-level and --log-format "
-              f"(e.g. num-exclusive-cores: 4); {CONFIG_HELP}"),
+         help="YAML file with these flags as keys, all but --config, --node-name, --log-level and --log-format "
+              f"(e.g. num-exclusive-cores: 4), flat or as default: and per-node nodes: sections; {CONFIG_HELP}"),
+    NODE_NAME,
     Flag(name="log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
          help="logging threshold (default: INFO)"),
 ))
@@ -324,6 +336,7 @@ INSTALL = FlagGroup(None, (
               "(podman, CRI-O's hooks_dir; repeatable)"),
     Flag(name="config", parse=Path, metavar="FILE",
          help="the daemon's YAML config file: its plan and root keys plan the infra record; " + CONFIG_HELP),
+    NODE_NAME,
 ))
 
 #: ``cmk device-plugin``'s flags, in help order.

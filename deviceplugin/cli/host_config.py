@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from deviceplugin.cli.configfile import apply_config_file, defer_defaults
 from deviceplugin.cli.flags import (
+    NODE_NAME,
     PLAN,
     ROOTS,
+    FlagGroup,
     add_flags,
+    config_flag,
     hooks_dir,
     host_dir,
     plan_options,
@@ -26,7 +30,7 @@ from deviceplugin.model.hostsettings import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_flags(parser, ROOTS, PLAN)
+    defer_defaults(parser, add_flags(parser, ROOTS, PLAN, FlagGroup(None, (config_flag("host-config"), NODE_NAME))))
     group = parser.add_argument_group("host settings")
     group.add_argument("--nohz-full", action="store_true",
                        help="also print nohz_full= for the isolated CPUs (tickless; needs a NO_HZ_FULL kernel)")
@@ -48,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    apply_config_file(args)
     host = HostOptions(
         nohz_full=args.nohz_full,
         rcu_nocbs=args.rcu_nocbs,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from deviceplugin.cli.configfile import apply_config, defer_defaults, load_config
+from deviceplugin.cli.configfile import apply_config_file, defer_defaults
 from deviceplugin.cli.flags import (
     INSTALL,
     PLAN,
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from deviceplugin.host.sysfs import discover
     from deviceplugin.model.plan import Pool, plan_pools
 
-    apply_config(args, load_config(args.config) if args.config else {})
+    apply_config_file(args)
     install_dir = Path(args.install_dir)
     plan = plan_pools(discover(args.sysfs_root, args.procfs_root), plan_options(args))  # a bad plan: nothing written
     target = install_pinner(built_pinner(), install_dir)

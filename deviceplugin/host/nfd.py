@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
@@ -52,17 +53,29 @@ def feature_labels(topology: Topology, plan: PoolPlan) -> dict[str, str]:
     return labeled
 
 
-def features_text(labels: Mapping[str, str]) -> str:
-    lines = ["# Written by cmk device-plugin; removed when it stops. Do not edit."]
+#: How long the labels outlive a stopped daemon: a rollout's next daemon rewrites the file well within it (so
+#: the labels never flap), an uninstalled one's labels go at NFD's first pass after it. NFD's own writers use 1 h.
+KEEP_AFTER_STOP = timedelta(hours=1)
+
+
+def expiry_directive(when: datetime) -> str:
+    """NFD's ``# +expiry-time=<RFC 3339>`` line (``source/local``): after ``when`` NFD ignores the file."""
+    return f"# +expiry-time={when.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def features_text(labels: Mapping[str, str], expiry: datetime | None = None) -> str:
+    """The file: no expiry while the daemon serves; at its stop, an expiry :data:`KEEP_AFTER_STOP` away."""
+    lines = [] if expiry is None else [expiry_directive(expiry)]
+    lines.append("# Written by cmk device-plugin; kept for a while after it stops (NFD expiry). Do not edit.")
     return "\n".join([*lines, *(f"{key}={value}" for key, value in labels.items())]) + "\n"
 
 
-def write_features(directory: Path, labels: Mapping[str, str]) -> Path:
+def write_features(directory: Path, labels: Mapping[str, str], expiry: datetime | None = None) -> Path:
     """Atomically (dot temp file, then rename) write the feature file; returns its path."""
     path = directory / FEATURE_FILE
     problem = f"cannot write NFD features to {directory} (use --nfd-features-dir DIR or --no-nfd)"
     try:
-        write_atomically(path, features_text(labels).encode(), mode=0o644)
+        write_atomically(path, features_text(labels, expiry).encode(), mode=0o644)
     except OSError as err:
         raise CmkError(f"{problem}: {err.strerror}") from None
     return path
@@ -76,13 +89,17 @@ def file_identity(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def remove_features(path: Path, written: tuple[int, int] | None) -> bool:
-    """Remove the feature file if it is still the one we wrote (``written``: its identity then).
+def expire_features(path: Path, written: tuple[int, int] | None, labels: Mapping[str, str],
+                    now: datetime) -> datetime | None:
+    """Rewrite the feature file with an expiry, if it is still the one we wrote (``written``: its identity then).
 
-    Another writer's file in its place (a second daemon, an operator) stays.
-    Returns whether it was removed.
+    Not removed: a rollout's next daemon rewrites it before NFD's next pass
+    would drop the labels, so they do not flap. Another writer's file in its
+    place (a second daemon, an operator) stays as it is. Returns the expiry,
+    or None when the file was not ours.
     """
     if written is None or file_identity(path) != written:
-        return False
-    path.unlink(missing_ok=True)
-    return True
+        return None
+    expiry = now + KEEP_AFTER_STOP
+    write_atomically(path, features_text(labels, expiry).encode(), mode=0o644)
+    return expiry

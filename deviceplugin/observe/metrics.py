@@ -171,6 +171,11 @@ class _WithoutCreated(Collector):
             yield metric
 
 
+#: ``cmk_config_info``'s labels without a config file, and while the file was refused (the last good plan serves).
+CONFIG_NONE = ("none", "")
+CONFIG_LAST_GOOD = ("last-good", "")
+
+
 class Metrics:
     """The daemon's registry: event-fed counters and histograms plus a :class:`PoolCollector`.
 
@@ -181,7 +186,8 @@ class Metrics:
     scrape), then the registry as it is now, without ``_created`` series.
     """
 
-    def __init__(self, collector: PoolCollector, tree: DeviceTree, *, config_fallback: bool = False) -> None:
+    def __init__(self, collector: PoolCollector, tree: DeviceTree, *, config_fallback: bool = False,
+                 config: tuple[str, str] | None = None) -> None:
         self.registry = CollectorRegistry()
         registry = self.registry
         info = build_info()
@@ -189,6 +195,10 @@ class Metrics:
               registry=registry).labels(**info).set(1)
         Gauge("cmk_config_fallback", "1 while the daemon refused its config and serves the last good plan.",
               registry=registry).set(1 if config_fallback else 0)
+        section, generation = config or (CONFIG_NONE if not config_fallback else CONFIG_LAST_GOOD)
+        Gauge("cmk_config_info", "The --config section this node took (default, nodes[I]; none: no file; "
+              "last-good: refused) and its generation, a hash of its keys and values.",
+              ["section", "generation"], registry=registry).labels(section, generation).set(1)
         self.registrations = Counter("cmk_registrations", "Successful registrations with the kubelet.",
                                      ["resource"], registry=registry)
         self.kubelet_restarts = Counter("cmk_kubelet_restarts", "Kubelet restarts the daemon reacted to.",

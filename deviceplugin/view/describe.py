@@ -81,6 +81,11 @@ def describe_data(topology: Topology, plan: PoolPlan) -> dict[str, Any]:
     }
 
 
+def config_data(path: str, section: str, generation: str, node: str | None) -> dict[str, Any]:
+    """Which config this plan comes from: the file, the section this node took, its generation."""
+    return {"file": path, "section": section, "generation": generation, "node": node}
+
+
 def _braced(cores: list[str]) -> str:
     return " ".join("{" + core + "}" for core in cores)
 
@@ -101,6 +106,10 @@ def render_table(data: dict[str, Any]) -> str:
         ["SST-BF / SST-CP", f"{'yes' if topo['sst_bf'] else 'no'} / {'yes' if topo['sst_cp'] else 'no'}"],
     ]
     lines = ["Topology", *align_columns(facts, indent="  ")]
+    if "config" in data:
+        config = data["config"]
+        node = f" (node {config['node']})" if config["node"] else ""
+        lines += ["", f"Config {config['file']}: section {config['section']}{node}, generation {config['generation']}"]
     plan = data["plan"]
     lines += ["", f"Pool plan (carved from {plan['source']}; cores shown as {{threads}})"]
     rows = [["POOL", "RESOURCE", "ADVERTISED", "NUMA", "CPUS"]]

@@ -223,12 +223,36 @@ def test_demo_on_a_dump_shows_the_pinners_refusal_instead_of_an_affinity(start_d
             assert any(line.startswith(f"  {row.container}: ") and "not allowed in this container" in line
                        for line in held.lines), f"{row.container}: the pinner's refusal is not shown"
     status, out, err = held.finish()
-    assert status == 0, err
     refused = sum(r.pid is None for r in rows)
+    assert status == (1 if refused == len(rows) else 0), err
     done = f"done: {len(rows) - refused} of {len(rows)} containers ran pinned to the CPUs their devices name"
     refusal = f"; the pinner refused {refused} whose CPUs are not this machine's to give here"
     assert (done + refusal if refused else done + "\n") in out
     assert_nothing_left(held, started)
+
+
+def test_demo_where_no_container_ran_pinned_exits_non_zero_saying_so() -> None:
+    """One CPU allowed to the demo, the dump's pools each span two or more: every pinner refuses."""
+    dump = topology("cmk-xeon_d")
+    one = min(os.sched_getaffinity(0))
+    result = subprocess.run(demo_args("--sysfs-root", str(dump / "sys"), "--procfs-root", str(dump / "proc")),
+                            cwd=ROOT, capture_output=True, text=True, check=False, timeout=TIMEOUT,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {one}))
+    assert "done: 0 of 3 containers ran pinned" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 1
+    assert result.stderr == ("cmk demo: error: no container ran pinned: none of the CPUs their devices name are "
+                             "this process's to give (see the refusals above)\n")
+
+
+def test_demo_takes_the_daemons_config_file(tmp_path) -> None:
+    """The pool sizes live in the daemon's --config file once; the demo plans from it (section by node name)."""
+    config = tmp_path / "config.yaml"
+    config.write_text("default:\n  num-exclusive-cores: 1\nnodes:\n  - names: [demo-node]\n"
+                      "    config: {num-exclusive-cores: 999}\n")
+    result = subprocess.run(demo_args("--config", str(config), "--node-name", "demo-node"), cwd=ROOT,
+                            capture_output=True, text=True, check=False, timeout=TIMEOUT)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("cmk demo: error: ") and "999" in result.stderr
 
 
 def test_a_reader_that_leaves_ends_the_demo_quietly_and_it_leaves_nothing(start_demo) -> None:

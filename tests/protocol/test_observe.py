@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -311,7 +312,8 @@ def test_metrics_and_json_logs_follow_the_kubelet(kubelet: Kubelet, plugin_dir, 
     assert {"time", "level", "logger", "event", "msg"} <= set(logs.events("registered")[0])
 
 
-def test_nfd_file_describes_the_node_and_goes_away_on_sigterm(kubelet, plugin_dir, tmp_path):
+def test_nfd_file_describes_the_node_and_is_kept_expiring_on_sigterm(kubelet, plugin_dir, tmp_path):
+    """A rollout stops the daemon before the next starts: removing the file would flap the node's labels."""
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
     features = plugin_dir / "features.d"
     process = daemon_process(plugin_dir, sysfs, procfs, "--num-exclusive-cores", "3", "--shared-slots", "5")
@@ -319,6 +321,7 @@ def test_nfd_file_describes_the_node_and_goes_away_on_sigterm(kubelet, plugin_di
         wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
         kubelet.wait_for(lambda: (features / "cmk.intel.com").exists(), what="feature file")
         lines = (features / "cmk.intel.com").read_text().splitlines()
+        assert not any(line.startswith("# +") for line in lines)  # no expiry while it serves
         assert [p.name for p in features.iterdir()] == ["cmk.intel.com"]  # no temp file left behind
         labels = dict(line.split("=", 1) for line in lines if not line.startswith("#"))
         assert labels == {
@@ -333,14 +336,20 @@ def test_nfd_file_describes_the_node_and_goes_away_on_sigterm(kubelet, plugin_di
             "cmk.intel.com/infra-cores": "4",
             "cmk.intel.com/infra-slots": "110",
         }
+        stopped_at = datetime.now(UTC).replace(microsecond=0)
         process.terminate()
         _, stderr = process.communicate(timeout=20)
     finally:
         process.kill()
     assert process.returncode == 0, stderr
-    assert list(features.iterdir()) == []
+    assert [p.name for p in features.iterdir()] == ["cmk.intel.com"]
+    kept = (features / "cmk.intel.com").read_text().splitlines()
+    assert kept[0].startswith("# +expiry-time=")  # NFD's directive, RFC 3339 in UTC as source/local parses it
+    expiry = datetime.strptime(kept[0].partition("=")[2], "%Y-%m-%dT%H:%M:%S%z")
+    assert stopped_at + timedelta(minutes=59) <= expiry <= stopped_at + timedelta(minutes=61)
+    assert [line for line in kept if not line.startswith("#")] == [line for line in lines if not line.startswith("#")]
     text_lines = stderr.splitlines()
-    assert any(" event=nfd_removed " in line and f"path={features / 'cmk.intel.com'}" in line for line in text_lines)
+    assert any(" event=nfd_expiring " in line and f"path={features / 'cmk.intel.com'}" in line for line in text_lines)
     assert any(" event=registered resource=cmk.intel.com/exclusive-cores " in line for line in text_lines)
 
 
@@ -354,6 +363,35 @@ def test_no_nfd_writes_no_feature_file(kubelet, plugin_dir, tmp_path):
         process.communicate(timeout=20)
     assert process.returncode == 0
     assert not (plugin_dir / "features.d").exists()
+
+
+def test_the_section_a_node_took_is_logged_and_exported_with_its_generation(kubelet, plugin_dir, tmp_path,
+                                                                             monkeypatch):
+    """One ConfigMap for a fleet: the daemon takes its node's section (NODE_NAME, as the downward API sets it)."""
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text("default:\n  num-exclusive-cores: 1\nnodes:\n  - names: [other]\n"
+                      "    config: {num-exclusive-cores: 3}\n  - nameRegex: 'xeon-.*'\n"
+                      "    config: {num-exclusive-cores: 2}\n")
+    monkeypatch.setenv("NODE_NAME", "xeon-7")
+    process = daemon_process(plugin_dir, sysfs, procfs, "--config", str(config), "--metrics-address", "127.0.0.1:0",
+                             "--log-format", "json")
+    logs = Logs(process)
+    try:
+        active = logs.wait_for("config_active")
+        address = logs.wait_for("metrics_serving")["address"]
+        wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
+        assert kubelet.capacity()[EXCLUSIVE] == 2
+        samples = scrape(address)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        logs.join()
+    assert {k: active[k] for k in ("path", "section", "node")} == {"path": str(config), "section": "nodes[1]",
+                                                                   "node": "xeon-7"}
+    assert value(samples, "cmk_config_info", section="nodes[1]", generation=active["generation"]) == 1
+    assert [key for key in samples if key[0] == "cmk_config_info"] == [
+        ("cmk_config_info", frozenset({("section", "nodes[1]"), ("generation", active["generation"])}))]
 
 
 def test_a_config_error_in_json_mode_is_one_json_line(kubelet, plugin_dir, tmp_path):

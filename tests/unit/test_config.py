@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,9 @@ from deviceplugin.cli.configfile import (
     ConfigError,
     apply_config,
     load_config,
+    node_name,
     parse_config,
+    read_config,
 )
 from deviceplugin.model.plan import DEFAULT_SLOTS, Mode
 
@@ -114,3 +117,83 @@ def test_install_dir_must_be_an_absolute_host_path():
     assert parse_config({"install-dir": "/opt/cmk"}, "config.yaml") == {"install_dir": "/opt/cmk"}
     with pytest.raises(SystemExit):
         build_parser().parse_args(["device-plugin", "--install-dir", "opt/bin"])
+
+
+# --- per-node sections: one file, one DaemonSet, many node groups --------------------------------
+
+SECTIONED = """\
+default:
+  num-exclusive-cores: 2
+  shared-slots: 50
+nodes:
+  - names: [edge-1, 'rack?-cpu']
+    config: {num-exclusive-cores: 4}
+  - nameRegex: 'big-[0-9]+'
+    config: {num-exclusive-cores: 16, exclusive-mode: spread}
+  - names: ['big-*']
+    config: {num-exclusive-cores: 1}
+"""
+
+
+def sectioned(tmp_path, text=SECTIONED):
+    path = tmp_path / "cmk.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("node", "section", "exclusive"), [
+    ("edge-1", "nodes[0]", 4),
+    ("rack7-cpu", "nodes[0]", 4),
+    ("big-12", "nodes[1]", 16),  # the regex entry comes first: first match wins over the glob below
+    ("big-x", "nodes[2]", 1),
+    ("edge-10", "default", 2),  # names are exact or globs, never prefixes
+])
+def test_the_first_matching_entry_is_laid_over_the_default(tmp_path, node, section, exclusive):
+    active = read_config(sectioned(tmp_path), node)
+    assert active.section == section and active.node == node
+    assert active.values["num_exclusive_cores"] == exclusive
+    assert active.values["shared_slots"] == 50  # from default: kept under every entry
+
+
+def test_the_generation_follows_what_the_node_takes_only(tmp_path):
+    first = read_config(sectioned(tmp_path), "edge-1").generation
+    assert first == read_config(sectioned(tmp_path), "rack1-cpu").generation  # one group, one generation
+    assert first != read_config(sectioned(tmp_path), "edge-10").generation
+    assert re.fullmatch(r"[0-9a-f]{12}", first)
+    other_group_edited = SECTIONED.replace("num-exclusive-cores: 1}", "num-exclusive-cores: 3}")
+    assert read_config(sectioned(tmp_path, other_group_edited), "edge-1").generation == first
+    own_edited = SECTIONED.replace("shared-slots: 50", "shared-slots: 51")
+    assert read_config(sectioned(tmp_path, own_edited), "edge-1").generation != first
+
+
+def test_a_flat_file_is_the_default_section(tmp_path):
+    active = read_config(sectioned(tmp_path, "num-exclusive-cores: 3\n"), "any-node")
+    assert (active.section, active.values) == ("default", {"num_exclusive_cores": 3})
+    assert read_config(sectioned(tmp_path, "num-exclusive-cores: 3\n"), None).section == "default"
+
+
+@pytest.mark.parametrize(("text", "node", "message"), [
+    (SECTIONED, None, ("has per-node sections but the node name is unknown: set NODE_NAME (the DaemonSet sets it "
+                      "from spec.nodeName) or give --node-name")),
+    (SECTIONED.replace("{num-exclusive-cores: 1}", "{num-exclusive-core: 1}"), "edge-1",
+     "nodes[2]: config: unknown key 'num-exclusive-core'"),  # another group's typo fails on every node
+    ("default: {}\nnum-exclusive-cores: 3\n", "n", "key 'num-exclusive-cores' beside default:/nodes:"),
+    ("nodes:\n  - config: {}\n", "n", "nodes[0]: give exactly one of names:"),
+    ("nodes:\n  - {names: [a], nameRegex: a}\n", "n", "nodes[0]: give exactly one of names:"),
+    ("nodes:\n  - {nameRegex: '(', config: {}}\n", "n", "nodes[0]: nameRegex '(': missing"),
+    ("nodes:\n  - {names: a, config: {}}\n", "n", "nodes[0]: names: expected a list"),
+    ("nodes:\n  - {name: [a], config: {}}\n", "n", "nodes[0]: unknown key 'name'; known keys: names, nameRegex"),
+    ("nodes: {a: 1}\n", "n", "nodes: expected a list"),
+    ("default:\n  shared-slots: 0\n", "n", "default: key 'shared-slots': must be 1 or more"),
+])
+def test_bad_sections_are_one_line_naming_the_place(tmp_path, text, node, message):
+    with pytest.raises(ConfigError) as info:
+        read_config(sectioned(tmp_path, text), node)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_node_name_comes_from_the_flag_then_the_downward_api_env(monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "from-env")
+    assert node_name("given") == "given" and node_name(None) == "from-env"
+    monkeypatch.delenv("NODE_NAME")
+    assert node_name(None) is None

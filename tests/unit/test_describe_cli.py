@@ -142,3 +142,18 @@ def test_describe_without_procfs_counters_says_so_in_one_line_and_window_0_leave
     assert as_json["usage"] == {"available": False, "reason": reason}
     assert f"usage unavailable: {reason}" in cmk("describe", *XEON_D).stdout.splitlines()
     assert "usage" not in json.loads(cmk("describe", *XEON_D, "-o", "json", "--usage-window", "0").stdout)
+
+
+def test_describe_shows_the_config_section_and_generation_this_node_takes(tmp_path, monkeypatch):
+    config = tmp_path / "config.yaml"
+    config.write_text("default:\n  num-exclusive-cores: 1\nnodes:\n  - names: ['xeon-*']\n"
+                      "    config: {num-exclusive-cores: 2}\n")
+    monkeypatch.setenv("NODE_NAME", "xeon-3")  # as the DaemonSet's downward API sets it
+    data = json.loads(cmk("describe", *XEON_D, "--config", str(config), "-o", "json").stdout)
+    generation = data["config"]["generation"]
+    assert data["config"] == {"file": str(config), "section": "nodes[0]", "generation": generation, "node": "xeon-3"}
+    (exclusive,) = [pool for pool in data["plan"]["pools"] if pool["pool"] == "exclusive"]
+    assert exclusive["advertised"] == 2
+    table = cmk("describe", *XEON_D, "--config", str(config), "--node-name", "other").stdout
+    assert f"Config {config}: section default (node other), generation " in table
+    assert generation not in table

@@ -19,9 +19,9 @@ SAMPLES = {
 }
 
 
-def test_every_key_is_a_daemon_flag_and_every_flag_but_three_is_a_key():
+def test_every_key_is_a_daemon_flag_and_every_flag_but_four_is_a_key():
     flags = {flag.name for group in DAEMON_FLAGS for flag in group.flags}
-    assert set(FILE_KEYS) == set(SAMPLES) == flags - {"config", "log-level", "log-format"}
+    assert set(FILE_KEYS) == set(SAMPLES) == flags - {"config", "node-name", "log-level", "log-format"}
 
 
 def test_a_key_in_the_file_gives_the_value_the_flag_gives_on_the_command_line():

@@ -248,3 +248,20 @@ def test_the_cli_prints_the_runtime_section_in_text_and_json():
     assert [f["path"] for f in data["runtime_config"]] == ["/etc/containerd/config.toml",
                                                            "/etc/containerd/cmk-base-spec.json"]
     assert cmk("host-config", "--hooks-dir", "relative").returncode == 2
+
+
+def test_host_config_plans_from_the_daemons_config_file(tmp_path):
+    """Pool sizes kept once, in the daemon's --config file: host-config reads the node's section of it."""
+    dump = fixture_copy("cmk-xeon_d", tmp_path / "dump", isolcpus="", cmdline="ro quiet")
+    config = tmp_path / "config.yaml"
+    config.write_text("default:\n  num-exclusive-cores: 1\nnodes:\n  - names: [xeon-d]\n"
+                      "    config: {num-exclusive-cores: 2, num-shared-cores: 2}\n")
+    flags = roots(*dump)
+    from_file = cmk("host-config", "-o", "json", *flags, "--config", str(config), "--node-name", "xeon-d")
+    assert from_file.returncode == 0, from_file.stderr
+    same = cmk("host-config", "-o", "json", *flags, "--num-exclusive-cores", "2", "--num-shared-cores", "2")
+    assert json.loads(from_file.stdout) == json.loads(same.stdout)
+    assert json.loads(from_file.stdout)["pools"]["exclusive"] == "1-2,9-10"
+    flag_wins = cmk("host-config", "-o", "json", *flags, "--config", str(config), "--node-name", "xeon-d",
+                    "--num-exclusive-cores", "1")
+    assert json.loads(flag_wins.stdout)["pools"]["exclusive"] == "1,9"
