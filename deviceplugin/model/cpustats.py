@@ -66,6 +66,12 @@ class Place:
         return self.pool in _CORE_POOL_NAMES
 
 
+#: Device (numbered) IRQs per second on one place's exclusive or isolated CPUs (a pool, NUMA node and isolation:
+#: one ``cmk_pool_interrupts_total`` series) above which the CmkInterruptStormOnIsolatedCpu alert fires and
+#: ``cmk describe`` lists the place's CPUs: one threshold, one meaning (a test holds the rule to it).
+DEVICE_IRQ_ALERT_PER_SECOND = 100.0
+
+
 @dataclass(frozen=True)
 class CpuRates:
     """One CPU between two samples: busy as a fraction of the CPU, counts per second."""

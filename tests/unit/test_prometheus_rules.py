@@ -161,3 +161,12 @@ def test_the_scrape_job_keeps_the_daemons_metrics_port() -> None:
             assert "metrics" in ports
     assert re.fullmatch(keep["regex"], ";".join(values))
     assert job["kubernetes_sd_configs"][0]["namespaces"]["names"] == [daemonset["metadata"]["namespace"]]
+
+
+def test_describe_lists_interrupted_cpus_at_the_alerts_own_threshold() -> None:
+    """One threshold, one meaning: the storm alert's number is the one `cmk describe` lists CPUs above."""
+    from deviceplugin.model.cpustats import DEVICE_IRQ_ALERT_PER_SECOND
+
+    (storm,) = [a for a in alerts(PROMETHEUS / "isolation-rules.yaml") if a["alert"] == "CmkInterruptStormOnIsolatedCpu"]
+    thresholds = {float(number) for number in re.findall(r"\[5m\]\)\s*>\s*([0-9.]+)", storm["expr"])}
+    assert thresholds == {DEVICE_IRQ_ALERT_PER_SECOND}
