@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from deviceplugin.cli.configfile import UNSET, apply_config_file, defer_defaults
 from deviceplugin.cli.flags import (
+    DEFAULT_PROCFS_ROOT,
     DEFAULT_SYSFS_ROOT,
     NODE_NAME,
     PLAN,
@@ -100,7 +101,13 @@ def run(args: argparse.Namespace) -> int:
             shapes = held_sets(tree, assignments)
         except Unavailable as err:
             data["live"] = unavailable(socket, str(err))
-    if args.usage_window:
+    if args.usage_window and args.sysfs_root != DEFAULT_SYSFS_ROOT and args.procfs_root == DEFAULT_PROCFS_ROOT:
+        from deviceplugin.view import usage
+
+        # this host's counters are not the dump's CPUs: they would read as the dump's usage
+        data["usage"] = usage.unavailable(f"{args.sysfs_root} is a dump and {DEFAULT_PROCFS_ROOT} is this host's "
+                                          "procfs (give the dump's --procfs-root)")
+    elif args.usage_window:
         data["usage"] = _usage(args.procfs_root, places(topology, plan), args.usage_window, held)
     if args.sysfs_root == DEFAULT_SYSFS_ROOT or (args.sysfs_root / "fs" / "cgroup").exists():
         data["unconfined"] = _unconfined(args.sysfs_root, plan, shapes)

@@ -222,11 +222,12 @@ def _modes(default: Mode, help: str) -> dict[str, Any]:
 
 
 DEFAULT_SYSFS_ROOT = Path("/sys")
+DEFAULT_PROCFS_ROOT = Path("/proc")
 
 ROOTS = FlagGroup(None, (
     Flag(name="sysfs-root", parse=Path, load=path_value, default=DEFAULT_SYSFS_ROOT, metavar="DIR",
          help="read the CPU topology from DIR/devices/system (default: /sys)"),
-    Flag(name="procfs-root", parse=Path, load=path_value, default=Path("/proc"), metavar="DIR",
+    Flag(name="procfs-root", parse=Path, load=path_value, default=DEFAULT_PROCFS_ROOT, metavar="DIR",
          help="read the kernel command line from DIR/cmdline (default: /proc)"),
 ))
 

@@ -157,3 +157,10 @@ def test_describe_shows_the_config_section_and_generation_this_node_takes(tmp_pa
     table = cmk("describe", *XEON_D, "--config", str(config), "--node-name", "other").stdout
     assert f"Config {config}: section default (node other), generation " in table
     assert generation not in table
+
+
+def test_describe_on_a_dump_without_its_procfs_leaves_this_hosts_counters_out_of_usage():
+    sysfs = FIXTURES / "cmk-xeon_d/sys"
+    data = json.loads(cmk("describe", "--sysfs-root", str(sysfs), "-o", "json", "--usage-window", "0.1").stdout)
+    assert data["usage"] == {"available": False, "reason": f"{sysfs} is a dump and /proc is this host's procfs "
+                                                           "(give the dump's --procfs-root)"}
