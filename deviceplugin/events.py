@@ -365,6 +365,21 @@ class NfdKept(Event):
 
 
 @dataclass(frozen=True)
+class HostPathsShared(Event):
+    """A daemon with its own ``--kubelet-dir`` (by hand, a test) still writes these host-wide default paths."""
+
+    name: ClassVar[str] = "host_paths_shared"
+    level: ClassVar[int] = logging.WARNING
+    kubelet_dir: str
+    paths: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return (f"--kubelet-dir {self.kubelet_dir} is not the kubelet's, yet this daemon writes the host's "
+                f"{'; '.join(self.paths)}: give those flags too (or turn each off) to keep it off them")
+
+
+@dataclass(frozen=True)
 class ConfigActive(Event):
     """Which section of ``--config`` this node took and its generation (``cmk_config_info``, ``cmk describe``)."""
 

@@ -19,6 +19,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from api.constants import DEVICE_PLUGIN_DIR
 from deviceplugin.cli.configfile import (
     ActiveConfig,
     apply_config,
@@ -27,6 +28,9 @@ from deviceplugin.cli.configfile import (
 )
 from deviceplugin.cli.flags import DAEMON_FLAGS, add_flags, plan_options
 from deviceplugin.errors import CmkError
+from deviceplugin.host.cdi import DEFAULT_CDI_DIR
+from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
 from deviceplugin.model.plan import PlanOptions
 
 if TYPE_CHECKING:
@@ -104,6 +108,23 @@ def _remember_plan(daemon: Daemon, events: Events) -> None:
         events.emit(LastGoodPlanUnsaved(str(daemon.settings.kubelet_dir), err.strerror or str(err)))
 
 
+def shared_host_paths(args: argparse.Namespace) -> tuple[str, ...]:
+    """The host-wide paths a daemon with a non-default ``--kubelet-dir`` still writes at their defaults. Pure.
+
+    Not derived from ``--kubelet-dir``: the runtime reads the CDI directory and the hook its infra
+    record where they are, whatever directory the daemon's sockets are in.
+    """
+    if args.kubelet_dir == Path(DEVICE_PLUGIN_DIR):
+        return ()
+    writes = [(args.cdi, "cdi-dir", args.cdi_dir, DEFAULT_CDI_DIR, "CDI spec", "--no-cdi"),
+              (args.infra_record, "install-dir", Path(args.install_dir), DEFAULT_INSTALL_DIR,
+               "node-wide hook's infra record", "--no-infra-record"),
+              (args.nfd, "nfd-features-dir", args.nfd_features_dir, DEFAULT_FEATURES_DIR, "NFD feature file",
+               "--no-nfd")]
+    return tuple(f"{what} in {path} (--{flag} DIR or {off})"
+                 for on, flag, path, default, what, off in writes if on and Path(path) == Path(default))
+
+
 #: glibc's mallopt parameters (malloc.h)
 _M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8
 
@@ -127,7 +148,7 @@ def _tune_malloc() -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from deviceplugin import build_info
-    from deviceplugin.events import ConfigActive, Events, Starting
+    from deviceplugin.events import ConfigActive, Events, HostPathsShared, Starting
 
     _tune_malloc()  # before the first thread: arenas are made per thread
     events = Events()
@@ -146,6 +167,9 @@ def _serve(args: argparse.Namespace) -> int:
             daemon.start()
             # only once the start went through: a failed start stays a single line
             events.emit(Starting(**build_info()))
+            shared = shared_host_paths(args)
+            if shared:
+                events.emit(HostPathsShared(str(args.kubelet_dir), shared))
             if active is not None:
                 events.emit(ConfigActive(str(args.config), active.section, active.generation, active.node or ""))
             _remember_plan(daemon, events)  # only now: a plan that served, on this node

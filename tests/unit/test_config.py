@@ -197,3 +197,19 @@ def test_node_name_comes_from_the_flag_then_the_downward_api_env(monkeypatch):
     assert node_name("given") == "given" and node_name(None) == "from-env"
     monkeypatch.delenv("NODE_NAME")
     assert node_name(None) is None
+
+
+def test_a_daemon_with_its_own_kubelet_dir_is_told_which_host_paths_it_still_writes():
+    from deviceplugin.cli.device_plugin import shared_host_paths
+
+    def shared(*argv):
+        return shared_host_paths(apply_config(build_parser().parse_args(["device-plugin", *argv]), {}))
+
+    assert shared() == ()  # the kubelet's own directory: a DaemonSet, the host paths are meant
+    assert shared("--kubelet-dir", "/tmp/k") == (
+        "CDI spec in /var/run/cdi (--cdi-dir DIR or --no-cdi)",
+        "node-wide hook's infra record in /opt/bin (--install-dir DIR or --no-infra-record)",
+        "NFD feature file in /etc/kubernetes/node-feature-discovery/features.d (--nfd-features-dir DIR or --no-nfd)")
+    assert shared("--kubelet-dir", "/tmp/k", "--cdi-dir", "/tmp/cdi", "--no-infra-record", "--no-nfd") == ()
+    assert shared("--kubelet-dir", "/tmp/k", "--no-cdi", "--install-dir", "/tmp/bin",
+                  "--nfd-features-dir", "/tmp/nfd") == ()
