@@ -30,6 +30,7 @@ from deviceplugin.cli.flags import (
 )
 from deviceplugin.host.install import built_pinner, unbuilt_note
 from deviceplugin.host.sysfs import discover
+from deviceplugin.model.hostsettings import host_config_disagreement
 from deviceplugin.model.plan import plan_pools
 from deviceplugin.view.describe import config_data, describe_data, render_table
 
@@ -77,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     topology = discover(args.sysfs_root, args.procfs_root)
     plan = plan_pools(topology, plan_options(args))
     data = describe_data(topology, plan)
+    data["plan"]["host_config_agrees"] = not (disagreement := host_config_disagreement(topology, plan_options(args)))
+    data["plan"]["notes"] += disagreement
     if active is not None:
         data["config"] = config_data(str(args.config), active.section, active.generation, active.node)
     note = unbuilt_note(built_pinner())

@@ -87,6 +87,23 @@ def target_plan(topology: Topology, options: PlanOptions) -> PoolPlan:
     return plan_pools(dataclasses.replace(topology, isolated=frozenset()), options)
 
 
+def host_config_disagreement(topology: Topology, options: PlanOptions) -> list[str]:
+    """A note when ``cmk describe`` plans other CPUs than ``cmk host-config`` with the same flags; else none.
+
+    They differ exactly when the node is not booted with host-config's ``isolcpus=`` line (e.g. the
+    xeon_d dump, booted with isolcpus=0-3,8-11 where host-config keeps core 0 for the host).
+    """
+    booted, target = plan_pools(topology, options), target_plan(topology, options)
+    if all(booted.cpus(pool) == target.cpus(pool) for pool in Pool):
+        return []
+    wanted = format_cpu_list(target.cpus(Pool.EXCLUSIVE) | target.cpus(Pool.SHARED))
+    pools = "; ".join(f"{pool} {format_cpu_list(target.cpus(pool))}" for pool in Pool if target.cpus(pool))
+    current = format_cpu_list(topology.isolated & topology.online) or "(none)"
+    return [(f"cmk host-config with these flags plans other CPUs ({pools}): this node is booted with "
+            f"isolcpus={current}, host-config's line is isolcpus={wanted or '(none)'}; the two agree once it boots "
+            "with host-config's kernel line")]
+
+
 def _systemd_cpus(cpus: Iterable[int]) -> str:
     """systemd's CPU list syntax: ranges separated by spaces (it also takes commas; spaces read better)."""
     return format_cpu_list(cpus).replace(",", " ")

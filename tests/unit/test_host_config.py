@@ -23,7 +23,7 @@ from deviceplugin.model.hostsettings import (
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import build_topology
 from pinner.cpulist import parse_cpu_list
-from tests.commands import cmk
+from tests.commands import ROOT, cmk
 from tests.topologies import fixture_copy
 
 # 8 cores x 2 threads, core i = {i, i+8}
@@ -177,6 +177,8 @@ def test_describe_on_the_node_booted_with_host_config_shows_the_same_cpus(tmp_pa
     data = json.loads(described.stdout)
     pools = {pool["pool"]: parse_cpu_list(pool["cpus"]) for pool in data["plan"]["pools"]}
     assert data["plan"]["source"] == "isolcpus"
+    assert data["plan"]["host_config_agrees"] is True
+    assert not any("cmk host-config" in note for note in data["plan"]["notes"])
     assert pools == {pool: parse_cpu_list(cpus) for pool, cpus in config["pools"].items()}
     assert isolcpus == pools["exclusive"] | pools["shared"]
     assert data["plan"]["unused_isolated_cores"] == [] and data["plan"]["partially_isolated_cores"] == []
@@ -265,3 +267,18 @@ def test_host_config_plans_from_the_daemons_config_file(tmp_path):
     flag_wins = cmk("host-config", "-o", "json", *flags, "--config", str(config), "--node-name", "xeon-d",
                     "--num-exclusive-cores", "1")
     assert json.loads(flag_wins.stdout)["pools"]["exclusive"] == "1,9"
+
+
+def test_describe_on_the_shipped_example_says_it_plans_other_cpus_than_host_config():
+    """README's Verify step: describe and host-config agree once booted with host-config's line; the shipped
+    xeon_d example is booted with isolcpus=0-3,8-11 (core 0 isolated), so describe must say they differ."""
+    example = ROOT / "examples" / "cmk-xeon_d"
+    flags = roots(example / "sys", example / "proc")
+    config = json.loads(cmk("host-config", "-o", "json", *flags).stdout)
+    data = json.loads(cmk("describe", "-o", "json", "--usage-window", "0", *flags).stdout)
+    described = {pool["pool"]: pool["cpus"] for pool in data["plan"]["pools"]}
+    assert described != config["pools"] and data["plan"]["host_config_agrees"] is False
+    (note,) = [note for note in data["plan"]["notes"] if "cmk host-config" in note]
+    assert f"host-config's line is {config['kernel_cmdline'][0]};" in note
+    assert "booted with isolcpus=0-3,8-11" in note
+    assert all(f"{pool} {cpus}" in note for pool, cpus in config["pools"].items() if cpus)
