@@ -22,6 +22,8 @@ from api.constants import (
 from deviceplugin.errors import CmkError
 from deviceplugin.events import (
     CoreReleased,
+    CpuManagerStatic,
+    CpuManagerUnknown,
     Events,
     HealthChanged,
     KubeletRestart,
@@ -95,7 +97,8 @@ class DaemonSettings:
     cdi_dir: Path | None = None
     #: The kubelet's pod resources socket, read before serving to learn which devices are held; None: not read.
     pod_resources_socket: Path | None = None
-    #: Seconds between re-reads of pod resources while a core is withheld (to put it back once freed).
+    #: Seconds between re-reads of pod resources while a core is withheld (to put it back once freed) or a pool
+    #: refused under the kubelet's static CPU manager (to serve it once the policy is none).
     held_recheck: float = 10.0
     #: Why the config was refused, when ``plan`` is the last good one instead (health says NOT_SERVING).
     config_problem: str | None = None
@@ -153,6 +156,9 @@ class Daemon:
         self._online = topology.online
         self._slots_before: dict[str, frozenset[int]] | None = None
         self._slots_held_at_start: dict[str, frozenset[str]] | None = None
+        #: Resources not served because the kubelet's static CPU manager pins CPUs itself (checked at each serve).
+        self.refused: frozenset[str] = frozenset()
+        self._cpu_manager_due = 0.0
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -211,7 +217,7 @@ class Daemon:
     @property
     def registered(self) -> bool:
         """Every pool registered with the kubelet currently listening, which holds its stream."""
-        return self.registered_resources() == frozenset(self.tree)
+        return self.registered_resources() == frozenset(self.tree) - self.refused
 
     def registered_resources(self) -> frozenset[str]:
         """Resources registered with the kubelet now listening whose stream it holds (``cmk_pool_registered``).
@@ -271,8 +277,11 @@ class Daemon:
 
     def _serve(self) -> None:
         self._learn_held()  # before any device is advertised: a held core must not look free
+        self.refused = self._cpu_manager_refusals()
         registrations = []
         for resource, devices in self.tree.items():
+            if resource in self.refused:
+                continue
             server = PoolServer(devices, socket_path=self.settings.kubelet_dir / socket_name(resource),
                                 install_dir=self.settings.install_dir, prefer=self._prefer,
                                 cdi=self.settings.cdi_dir is not None, events=self.events,
@@ -348,6 +357,7 @@ class Daemon:
                         and (reason := self._kubelet_restarted(batch)):
                     self._restart(reason)
                 self._register_lost_pools()  # after a restart: the lost streams were the old servers'
+                self._recheck_cpu_manager()
             except Exception:  # the daemon must outlive any single bad event
                 log.exception("handling %s failed; waiting for the next event", sorted(map(str, batch)))
 
@@ -427,6 +437,54 @@ class Daemon:
                 self._servers[resource].update(devices)
         self.tree = new
         self._online = online
+
+    # --- the kubelet's CPU manager ---------------------------------------------------------
+
+    def _cpu_manager_refusals(self) -> frozenset[str]:
+        """The exclusive pools' resources when the kubelet's static CPU manager pins CPUs itself, else none.
+
+        Read at every serve (start, kubelet restart: a policy change restarts the kubelet). Unreadable:
+        the last answer stands (at start: served), and a line says why.
+        """
+        socket = self.settings.pod_resources_socket
+        if socket is None:
+            return self.refused
+        from deviceplugin.kubelet.podresources import Unavailable, kubelet_cpus
+        from deviceplugin.model.assignments import cpu_manager_problem
+        from deviceplugin.model.plan import CORE_POOLS
+
+        try:
+            problem = cpu_manager_problem(kubelet_cpus(socket))
+        except Unavailable as err:
+            if not self.refused:
+                self.events.emit(CpuManagerUnknown(str(err)))
+            return self.refused
+        if problem is None:
+            return frozenset()
+        refused = frozenset(resource for resource, devices in self.tree.items() if devices.pool in CORE_POOLS)
+        if refused:
+            self.events.emit(CpuManagerStatic(problem, tuple(sorted(refused))))
+        return refused
+
+    def _recheck_cpu_manager(self) -> None:
+        """While pools are refused, re-read the policy every ``held_recheck`` s; serve them all once it is none.
+
+        The kubelet's pod resources socket may come up after its ``kubelet.sock``, so the check at the
+        re-registration of a kubelet restarted with policy ``none`` can miss it.
+        """
+        socket = self.settings.pod_resources_socket
+        if not self.refused or socket is None or time.monotonic() < self._cpu_manager_due:
+            return
+        self._cpu_manager_due = time.monotonic() + self.settings.held_recheck
+        from deviceplugin.kubelet.podresources import Unavailable, kubelet_cpus
+
+        try:
+            static = bool(kubelet_cpus(socket))
+        except Unavailable:
+            return
+        if not static:
+            self._stop_serving()
+            self._serve()
 
     # --- held devices ---------------------------------------------------------------------
 

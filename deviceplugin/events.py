@@ -365,6 +365,34 @@ class NfdKept(Event):
 
 
 @dataclass(frozen=True)
+class CpuManagerStatic(Event):
+    """The kubelet's static CPU manager pins CPUs itself: the exclusive pools are not served (``problem`` says why)."""
+
+    name: ClassVar[str] = "cpu_manager_static"
+    level: ClassVar[int] = logging.ERROR
+    problem: str
+    refused: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return f"not serving {', '.join(self.refused)}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class CpuManagerUnknown(Event):
+    """The kubelet's CPU manager policy could not be read: the exclusive pools are served, and why."""
+
+    name: ClassVar[str] = "cpu_manager_unknown"
+    level: ClassVar[int] = logging.WARNING
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return (f"cannot tell the kubelet's CPU manager policy ({self.reason}): serving the exclusive pools, "
+                "which needs the kubelet's cpuManagerPolicy: none")
+
+
+@dataclass(frozen=True)
 class HostPathsShared(Event):
     """A daemon with its own ``--kubelet-dir`` (by hand, a test) still writes these host-wide default paths."""
 

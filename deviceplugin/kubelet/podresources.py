@@ -82,15 +82,32 @@ def read_assignments(socket: Path, *, resources: Iterable[str] | None = None, al
             holdings = holdings_from(stub.List(pb.ListPodResourcesRequest(), timeout=timeout), resources)
         except grpc.RpcError as err:
             raise Unavailable(_reason(err, socket, timeout)) from None
-        healthy = None
+        healthy = cpus = None
         if allocatable:
             try:
-                healthy = allocatable_from(stub.GetAllocatableResources(pb.AllocatableResourcesRequest(),
-                                                                        timeout=timeout))
+                answer = stub.GetAllocatableResources(pb.AllocatableResourcesRequest(), timeout=timeout)
+                healthy, cpus = allocatable_from(answer), frozenset(answer.cpu_ids)
             except grpc.RpcError as err:  # older kubelets or a disabled feature gate: List alone still helps
                 if err.code() not in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED):
                     raise Unavailable(_reason(err, socket, timeout)) from None
     if healthy is not None and resources is not None:
         wanted = set(resources)
         healthy = {r: ids for r, ids in healthy.items() if r in wanted}
-    return Assignments(holdings, healthy)
+    return Assignments(holdings, healthy, cpus)
+
+
+def kubelet_cpus(socket: Path, *, timeout: float = DEFAULT_TIMEOUT) -> frozenset[int] | None:
+    """GetAllocatableResources' ``cpu_ids`` (non-empty only under the static CPU manager policy).
+
+    None when this kubelet does not serve the call; :class:`Unavailable` when the socket cannot be read.
+    """
+    _check_socket(socket)
+    with grpc.insecure_channel(f"unix:{socket}") as channel:
+        try:
+            answer = pb_grpc.PodResourcesListerStub(channel).GetAllocatableResources(
+                pb.AllocatableResourcesRequest(), timeout=timeout)
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.PERMISSION_DENIED):
+                return None
+            raise Unavailable(_reason(err, socket, timeout)) from None
+    return frozenset(answer.cpu_ids)

@@ -3,8 +3,10 @@
 Shapes follow the kubelet: ``List`` covers app containers and sidecars (never
 plain init containers) and gives one ``ContainerDevices`` per resource and NUMA node (a device on two nodes is listed under both, a device
 without topology in an entry without topology); ``GetAllocatableResources``
-gives one entry per healthy device and node. ``cpu_ids`` stay empty: with
-CPU manager policy ``none`` the kubelet pins nothing itself.
+gives one entry per healthy device and node. ``cpu_ids`` stay empty under
+CPU manager policy ``none`` (the kubelet pins nothing itself); under ``static``
+GetAllocatableResources lists the CPUs it hands out (online minus reserved),
+as ``containerCPUsFromResourceDeviceInstances``' caller does.
 """
 
 from __future__ import annotations
@@ -98,9 +100,11 @@ class PodResourcesServicer(pb_grpc.PodResourcesListerServicer):
     """
 
     def __init__(self, pods: Callable[[], list[AdmittedPod]], healthy: Callable[[], dict[str, list[Device]]],
-                 *, get_enabled: bool = False, limiter: TokenBucket | None = None) -> None:
+                 *, get_enabled: bool = False, limiter: TokenBucket | None = None,
+                 static_cpus: Iterable[int] = ()) -> None:
         self._pods = pods
         self._healthy = healthy
+        self._static_cpus = sorted(static_cpus)
         self._get_enabled = get_enabled
         self._limiter = limiter or TokenBucket()
 
@@ -116,7 +120,7 @@ class PodResourcesServicer(pb_grpc.PodResourcesListerServicer):
         self, request: pb.AllocatableResourcesRequest, context: grpc.ServicerContext
     ) -> pb.AllocatableResourcesResponse:
         self._admit(context)
-        return pb.AllocatableResourcesResponse(devices=allocatable_devices(self._healthy()))
+        return pb.AllocatableResourcesResponse(devices=allocatable_devices(self._healthy()), cpu_ids=self._static_cpus)
 
     def Get(self, request: pb.GetPodResourcesRequest, context: grpc.ServicerContext) -> pb.GetPodResourcesResponse:
         self._admit(context)

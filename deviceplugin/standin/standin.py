@@ -145,7 +145,9 @@ class Kubelet:
     walks maps and sets in. ``version`` (1.28 .. 1.36) and ``feature_gates``
     set what differs by version (``lifecycle.feature_gates``); ``cdi_dirs``
     are the runtime's CDI spec directories container starts resolve names
-    against (None: the runtime has CDI off and ignores the names).
+    against (None: the runtime has CDI off and ignores the names). ``static_cpus``
+    non-empty: the kubelet runs CPU manager policy ``static`` handing out those
+    CPUs (its pod resources API lists them); empty: policy ``none``.
     """
 
     def __init__(
@@ -165,6 +167,7 @@ class Kubelet:
         feature_gates: Mapping[str, bool] | None = None,
         cdi_dirs: Sequence[Path] | None = None,
         dial_delay: float = 0.0,
+        static_cpus: Sequence[int] = (),
     ) -> None:
         self.plugin_dir = Path(plugin_dir)
         self.version = version
@@ -172,6 +175,7 @@ class Kubelet:
         self._clock = clock
         self._cdi_dirs = None if cdi_dirs is None else tuple(Path(d) for d in cdi_dirs)
         self._dial_delay = dial_delay
+        self.static_cpus = tuple(static_cpus)
         self._last_options: dict[str, PluginOptions] = {}
         self._not_running: set[tuple[str, str, str]] = set()
         self._starts: dict[tuple[str, str, str], int] = {}
@@ -210,7 +214,8 @@ class Kubelet:
         if self.pod_resources_socket is not None:
             self.pod_resources_socket.parent.mkdir(parents=True, exist_ok=True)
             self.pod_resources_socket.unlink(missing_ok=True)
-            servicer = PodResourcesServicer(self.pods, self._healthy_devices, get_enabled=self.gates[lifecycle.GET_GATE])
+            servicer = PodResourcesServicer(self.pods, self._healthy_devices, get_enabled=self.gates[lifecycle.GET_GATE],
+                                            static_cpus=self.static_cpus)
             servers.append(
                 self._serve(self.pod_resources_socket, lambda s: podresources_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, s))
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from deviceplugin.model.assignments import Assignments
+from deviceplugin.model.assignments import Assignments, cpu_manager_problem
 from deviceplugin.model.devices import Device, DeviceTree, PoolDevices
 from deviceplugin.model.plan import CORE_POOLS
 from deviceplugin.view.tables import align_columns
@@ -89,10 +89,15 @@ def live_data(tree: DeviceTree, assignments: Assignments, socket: str,
                      "started, their cores keep their IDs but describe shows only the threads online now")
     if assignments.allocatable is None:
         notes.append("the kubelet does not serve GetAllocatableResources: health is the topology's only")
+    problem = cpu_manager_problem(assignments.kubelet_cpus)
+    if problem:
+        notes.append(problem)
     return {
         "available": True,
         "socket": socket,
         "kubelet_allocatable_known": assignments.allocatable is not None,
+        # static: the kubelet pins CPUs itself (the daemon serves no exclusive pool); None: not known
+        "kubelet_cpu_manager": None if assignments.kubelet_cpus is None else ("static" if problem else "none"),
         "pools": [pool_live(devices, assignments) for devices in tree.values()],
         "notes": notes,
     }
