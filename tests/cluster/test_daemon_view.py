@@ -42,3 +42,20 @@ def test_no_container_is_outside_the_hooks_pod_sandboxes_included(deployed: Depl
                                      "json", "--usage-window", "0"))["unconfined"]
     assert described["available"] and described["complete"]
     assert sandboxes and described["containers"] == [], described["containers"]
+
+
+def test_the_real_kubelet_lists_no_cpus_under_policy_none_and_the_node_name_selects_the_section(
+        deployed: Deployment) -> None:
+    """Item 5's premise on a real kubelet (GetAllocatableResources' cpu_ids empty under none: every pool served),
+    and item 3's: the DaemonSet's downward-API NODE_NAME reaches describe inside the daemon's container."""
+    from tests.cluster.node import NODE_NAME
+
+    described = json.loads(in_daemon(deployed, "cmk", "describe", "--config", "/etc/cmk/config.yaml", "--output",
+                                     "json", "--usage-window", "0", "--pod-resources-socket",
+                                     str(deployed.node.pod_resources_socket)))  # the tier moves the kubelet's root
+    assert described["live"]["available"], described["live"]
+    assert described["live"]["kubelet_cpu_manager"] == "none"
+    assert not any("CPU manager" in note for note in described["live"]["notes"])
+    served = {p["pool"] for p in deployed.pools() if parse_cpu_list(p["cpus"])}
+    assert {p["pool"] for p in described["live"]["pools"]} == served
+    assert described["config"]["node"] == NODE_NAME and described["config"]["section"] == "default"
