@@ -1,6 +1,6 @@
 """Build hook only (metadata lives in setup.cfg): compile the self-contained pinner into the package.
 
-``pinner/native/cmk.c`` becomes ``pinner/bin/cmk`` (a static executable) so
+The C units of ``pinner/native/`` become ``pinner/bin/cmk`` (a static executable) so
 ``cmk install`` can copy it to the host. Without a compiler the package still
 installs; ``cmk install`` then says how to build the pinner.
 """

@@ -1,4 +1,4 @@
-"""Build the self-contained pinner: ``pinner/native/cmk.c`` linked statically.
+"""Build the self-contained pinner: the C units of ``pinner/native/`` linked statically.
 
 Workload images often have no Python and no libc at all (busybox-static,
 distroless, scratch), so the pinner they run from the mounted install
@@ -26,8 +26,10 @@ from pathlib import Path
 from pinner import contract, hook, packages
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-SOURCE = PACKAGE_DIR / "native" / "cmk.c"
-HEADER = PACKAGE_DIR / "native" / "cmk_generated.h"
+NATIVE = PACKAGE_DIR / "native"
+#: The units, one concern each (``main.c`` dispatches); every ``.c`` there is one of them.
+SOURCES = tuple(sorted(NATIVE.glob("*.c")))
+HEADER = NATIVE / "cmk_generated.h"
 DEFAULT_OUTPUT = PACKAGE_DIR / "bin" / "cmk"
 CFLAGS = ["-static", "-Os", "-s", "-std=c11", "-Wall", "-Wextra"]
 #: The checking build the hostile-input tests run beside the static one: glibc gcc, dynamic (the
@@ -132,14 +134,15 @@ def _hook_lines() -> list[str]:
     return lines
 
 
-def _try_compile(compiler: str, output: Path, flags: list[str] = CFLAGS) -> tuple[bool, str]:
+def _try_compile(compiler: str, output: Path, flags: list[str] = CFLAGS,
+                 sources: tuple[Path, ...] = SOURCES) -> tuple[bool, str]:
     """Compile to a temp file beside ``output`` and rename, so a reader never sees half a binary."""
     output.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".cmk-build-", dir=output.parent)
     os.close(fd)
     try:
         proc = subprocess.run(
-            [compiler, *flags, "-I", str(HEADER.parent), "-o", tmp, str(SOURCE)],
+            [compiler, *flags, "-I", str(NATIVE), "-o", tmp, *map(str, sources)],
             capture_output=True,
             text=True,
             check=False,
@@ -172,12 +175,29 @@ def build(output: Path = DEFAULT_OUTPUT, compilers: tuple[str, ...] = COMPILERS)
 
 
 def build_sanitized(output: Path) -> None:
-    """Build ``cmk.c`` with AddressSanitizer and UBSan (gcc, dynamic) at ``output``; BuildError if it cannot be."""
+    """Build the pinner with AddressSanitizer and UBSan (gcc, dynamic) at ``output``; BuildError if it cannot be."""
     if shutil.which("gcc") is None:
         raise BuildError("no gcc for the sanitizer build: install gcc (with libasan and libubsan)")
     ok, messages = _try_compile("gcc", output, SANITIZE_CFLAGS)
     if not ok:
         raise BuildError(f"the sanitizer build failed: {messages.splitlines()[-1] if messages else 'gcc failed'}")
+
+
+#: util-linux's TEST_PROGRAM: a unit built alone with ``-DTEST_PROGRAM_<NAME>`` and the units it needs is
+#: a driver for that unit's case tables (``tests/pinner/test_native_units.py``).
+TEST_PROGRAMS = {
+    "cpulist": ("strbuf.c", "cpulist.c"),
+    "json": ("strbuf.c", "error.c", "json.c"),
+}
+
+
+def build_test_program(name: str, output: Path) -> None:
+    """Build unit ``name``'s test driver (checked: sanitizers on, warnings fatal) at ``output``."""
+    sources = tuple(NATIVE / unit for unit in TEST_PROGRAMS[name])
+    flags = [*SANITIZE_CFLAGS, "-Werror", f"-DTEST_PROGRAM_{name.upper()}"]
+    ok, messages = _try_compile("gcc", output, flags, sources)
+    if not ok:
+        raise BuildError(f"the {name} test driver failed to build: {messages.splitlines()[-1] if messages else 'gcc failed'}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pinner.build import DEFAULT_OUTPUT, HEADER, SOURCE, BuildError, build
+from pinner.build import DEFAULT_OUTPUT, NATIVE, BuildError, build
 
 
 def ensure_native_pinner() -> Path:
-    """Build ``pinner/bin/cmk`` unless it is newer than its sources; fail the test if it cannot be."""
+    """Build ``pinner/bin/cmk`` unless it is newer than every unit and header; fail the test if it cannot be."""
     if DEFAULT_OUTPUT.is_file() and DEFAULT_OUTPUT.stat().st_mtime >= max(
-        SOURCE.stat().st_mtime, HEADER.stat().st_mtime
+        source.stat().st_mtime for source in NATIVE.iterdir() if source.suffix in (".c", ".h")
     ):
         return DEFAULT_OUTPUT
     try:

@@ -1,6 +1,6 @@
 """The hook's parsers under libFuzzer with ASan and UBSan, for a bounded time, from the committed corpus (issue 20).
 
-``tests/pinner/fuzz/fuzz_hook.c`` compiles the static pinner's own source in
+``tests/pinner/fuzz/fuzz_hook.c`` compiles the static pinner's own units in
 and feeds each parser the hook reads untrusted bytes with: config.json, the
 OCI state, cpu lists, ``/proc/PID/cgroup``, mountinfo and the infra record.
 The committed corpus runs first, whole (a regression test of every input ever
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pinner.build import HEADER
+from pinner.build import NATIVE
 
 HARNESS = Path(__file__).with_name("fuzz") / "fuzz_hook.c"
 CORPUS = HARNESS.with_name("corpus")
@@ -30,7 +30,7 @@ def fuzzer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("clang") is None:
         pytest.fail("clang is not installed (apt-get install clang libclang-rt-14-dev): the hook's fuzzer needs it")
     output = tmp_path_factory.mktemp("fuzz") / "fuzz_hook"
-    built = subprocess.run(["clang", *FLAGS, "-I", str(HEADER.parent), "-o", str(output), str(HARNESS)],
+    built = subprocess.run(["clang", *FLAGS, "-I", str(NATIVE), "-o", str(output), str(HARNESS)],
                            capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr
     return output

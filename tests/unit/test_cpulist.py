@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pinner.contract import MAX_CPUS
 from pinner.cpulist import (
     CpuListError,
     format_cpu_csv,
@@ -15,56 +14,42 @@ from pinner.cpulist import (
     parse_cpu_list,
     parse_cpu_mask,
 )
+from tests.support import cpulist_cases as cases
 
 cpu_sets = st.frozensets(st.integers(0, 2047), max_size=300)
 
 
-@pytest.mark.parametrize(("text", "cpus"), [
-    ("", set()),
-    ("\n", set()),
-    ("0", {0}),
-    ("0-3,8\n", {0, 1, 2, 3, 8}),
-    ("0-3,8-11", {0, 1, 2, 3, 8, 9, 10, 11}),
-    (" 2 , 5-6 ", {2, 5, 6}),
-    ("0-15:2/4", {0, 1, 4, 5, 8, 9, 12, 13}),
-    ("1-9:1/3", {1, 4, 7}),
-    ("0-3\x00\x00", {0, 1, 2, 3}),
-    ("3,1,2", {1, 2, 3}),
-])
+@pytest.mark.parametrize(("text", "cpus"), cases.LISTS)
 def test_parse_cpu_list(text, cpus):
     assert parse_cpu_list(text) == cpus
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("a", "'a' is not a CPU number"),
-    ("0-", "'' is not a CPU number"),
-    ("3-1", "range '3-1' runs backwards"),
-    ("1,,2", "empty entry between commas"),
-    ("0-7:3", "needs USED/GROUP"),
-    ("0-7:5/4", "needs 0 < USED <= GROUP"),
-    ("-1", "is not a CPU number"),
-    ("99999999", "out of range"),
-])
+@pytest.mark.parametrize(("text", "message"), cases.MALFORMED_LISTS)
 def test_malformed_cpu_lists_name_the_problem(text, message):
     with pytest.raises(CpuListError, match="malformed cpu list") as err:
         parse_cpu_list(text)
     assert message in str(err.value)
 
 
-@pytest.mark.parametrize(("text", "cpus"), [
-    ("00000000,0000ff0f\n", {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15}),
-    ("80000000,00000001", {0, 63}),
-    ("0", set()),
-    ("", set()),
-    ("0x3", {0, 1}),
-])
+@pytest.mark.parametrize(("text", "expected"), cases.ENV_LISTS)
+def test_the_env_form_takes_only_plain_lists(text, expected):
+    if isinstance(expected, str):
+        with pytest.raises(CpuListError) as err:
+            parse_cpu_list(text, env=True)
+        assert err.value.detail == expected
+    else:
+        assert parse_cpu_list(text, env=True) == expected
+
+
+@pytest.mark.parametrize(("text", "cpus"), cases.MASKS)
 def test_parse_cpu_mask(text, cpus):
     assert parse_cpu_mask(text) == cpus
 
 
-def test_malformed_mask_is_an_error():
+@pytest.mark.parametrize("text", cases.MALFORMED_MASKS)
+def test_malformed_mask_is_an_error(text):
     with pytest.raises(CpuListError, match="expected hex digits"):
-        parse_cpu_mask("00zz")
+        parse_cpu_mask(text)
 
 
 def test_format_collapses_runs():
@@ -89,15 +74,3 @@ def test_mask_round_trips(cpus):
 def test_format_is_canonical(cpus):
     text = format_cpu_list(cpus)
     assert format_cpu_list(parse_cpu_list(text)) == text
-
-
-def test_one_cpu_limit_for_every_list_the_kernels_largest_nr_cpus() -> None:
-    assert parse_cpu_list(f"{MAX_CPUS - 1}") == {MAX_CPUS - 1}
-    with pytest.raises(CpuListError, match=f"CPU {MAX_CPUS} is out of range"):
-        parse_cpu_list(f"0-{MAX_CPUS}")
-
-
-@pytest.mark.parametrize("text", ["\u0663", "\u00b2", "1" * 10])
-def test_only_ascii_digits_up_to_nine_are_cpu_numbers(text: str) -> None:
-    with pytest.raises(CpuListError, match="is not a CPU number"):
-        parse_cpu_list(text)

@@ -1,18 +1,17 @@
-/* libFuzzer harness over the hook's parsers (issue 20): the static pinner's own functions, compiled in.
+/* libFuzzer harness over the hook's parsers (issue 20): the static pinner's own units, compiled in.
  *
  * The first input byte picks the parser, the rest is its input, exactly as the hook meets it:
  *   0  config.json: the JSON parser, then the createRuntime entries as the node-wide hook reads them
  *   1  the OCI state on stdin: the JSON parser, then pid and bundle
- *   2  a cpu list (--cpus=, a cpuset file, the infra record's text)
+ *   2  a cpu list, in both forms of the one parser (--cpus=; a cpuset file, the infra record's text)
  *   3  /proc/PID/cgroup
  *   4  /proc/self/mountinfo, for a v1 and a v2 cgroup
  *   5  the infra record file
- * File inputs are written to a scratch directory and read through the hook's own bounded reader.
- *
- * cmk.c's refusals write one line to stderr each; the harness drops them, so libFuzzer's own report is readable.
- * cmk.c allocates for one short-lived process and frees little, so every allocation is recorded and
- * what one input left is freed before the next: each stays a real malloc, so ASan still sees overflows.
- * Built and run by tests/pinner/test_fuzz_hook.py; seeds in corpus/.
+ * File inputs are written to a scratch directory and read through the hook's own bounded reader. The
+ * refusals are error values (error.h) the harness drops, and writes to stderr are dropped, so libFuzzer's
+ * report is readable. The pinner allocates for one short-lived process and frees little, so every
+ * allocation is recorded and what one input left is freed before the next: each stays a real malloc, so
+ * ASan still sees overflows. Built and run by tests/pinner/test_fuzz_hook.py; seeds in corpus/.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,9 +29,15 @@ static long fz_write(int fd, const void *p, size_t n);
 #define realloc fz_realloc
 #define free fz_free
 #define write fz_write
-#define main cmk_main
-#include "cmk.c"
-#undef main
+/* The units the hook's parsers live in (not main.c, isolate.c, sockets.c: the pinner's main and isolate). */
+#include "strbuf.c"
+#include "error.c"
+#include "cpulist.c"
+#include "files.c"
+#include "json.c"
+#include "cgroup.c"
+#include "confine.c"
+#include "hook.c"
 #undef write
 extern ssize_t write(int fd, const void *buf, size_t count); /* unistd.h declared it under the macro's name */
 #undef malloc
@@ -85,7 +90,6 @@ static void fz_reset(void)
 {
     while (nlive)
         free(live[--nlive]);
-    msg = (str){0};
 }
 
 /* The refusals' one line on stderr is dropped (libFuzzer reports there); any other fd is written. */
@@ -134,41 +138,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     jval value;
     struct cgroup cg = {0};
     cpuset cpus = {0};
+    cmk_error err = {0}; /* its message is freed with the rest of the input's allocations */
     switch (which) {
     case 0: {
         static struct hook_entries entries;
         memset(&entries, 0, sizeof entries);
-        if (!j_parse(&text, "config.json", &value))
-            hook_cpus(&value, "config.json", NULL, NULL, &entries);
+        if (!j_parse(&text, "config.json", &value, &err))
+            hook_cpus(&value, "config.json", NULL, NULL, &entries, &err);
         break;
     }
     case 1: {
         struct hook_input hin = {0};
-        if (!j_parse(&text, "the OCI state", &value))
-            hook_state(&value, &hin);
+        if (!j_parse(&text, "the OCI state", &value, &err))
+            hook_state(&value, &hin, &err);
         break;
     }
     case 2:
-        if (!memchr(text.p, 0, n))
-            parse_kernel_list(text.p, &cpus);
+        parse_cpu_list(text.p, n, CPU_LIST_ENV, &cpus, &err.msg);
+        parse_cpu_list(text.p, n, CPU_LIST_KERNEL, &cpus, &err.msg);
         break;
     case 3:
         put("1/cgroup", in, n);
-        find_cgroup(dir, 1, "cpuset", &cg);
+        find_cgroup(dir, 1, "cpuset", &cg, &err);
         break;
     case 4:
         put("self/mountinfo", in, n);
         for (int v2 = 0; v2 < 2; v2++) {
             struct cgroup c = {.v2 = v2};
             s_add(&c.path, "/kubepods/pod1/ctr");
-            find_mount(dir, 1, "cpuset", &c);
+            find_mount(dir, 1, "cpuset", &c, &err);
         }
         break;
     case 5: {
         char path[128];
         snprintf(path, sizeof path, "%s/record", dir);
         put("record", in, n);
-        infra_record(path, &cpus);
+        infra_record(path, &cpus, &err);
         break;
     }
     }
