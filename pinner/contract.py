@@ -59,7 +59,7 @@ DEFAULT_PATH = "/bin:/usr/bin"
 #: (x86-64 MAXSMP and powerpc; arm64 stops at 4096), so no real CPU is refused
 #: and a typo like ``0-999999999`` is.
 MAX_CPUS = 8192
-LIST_HINT = "expected ascending CPU numbers separated by commas, e.g. 2,3,10"
+LIST_HINT = "expected CPU numbers or N-M ranges separated by commas, in any order, e.g. 2,3,10-11"
 
 #: Fixed texts rather than strerror(), whose wording differs between glibc, musl and Python.
 ERRNO_TEXT = {

@@ -19,7 +19,7 @@
 #define ENV_SYSFS_ROOT "CMK_SYSFS_ROOT"
 #define DEFAULT_SYSFS_ROOT "/sys"
 #define DEFAULT_PATH "/bin:/usr/bin"
-#define LIST_HINT "expected ascending CPU numbers separated by commas, e.g. 2,3,10"
+#define LIST_HINT "expected CPU numbers or N-M ranges separated by commas, in any order, e.g. 2,3,10-11"
 #define POOL_NAMES "exclusive, exclusive-non-isolcpus, shared, infra"
 #define NOT_REGULAR_TEXT "not a regular file (a FIFO, device or directory is refused)"
 #define SYMLINK_TEXT "a symbolic link (not followed)"

@@ -37,7 +37,7 @@ SCRIPT = 'grep ^Cpus_allowed_list: /proc/self/status; echo "A=$CMK_CPUS_ASSIGNED
 E = "cmk isolate: error: "
 SEE_HELP = " (see 'cmk isolate --help')"
 AFTER = " (the command's arguments go after '--')"
-HINT = " (expected ascending CPU numbers separated by commas, e.g. 2,3,10)"
+HINT = " (expected CPU numbers or N-M ranges separated by commas, in any order, e.g. 2,3,10-11)"
 NO_SYSFS = " (--socket-id needs sysfs; use --socket-id=-1 for any socket)"
 
 
