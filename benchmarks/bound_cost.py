@@ -30,12 +30,16 @@ def build_at(revision: str, work: Path) -> Path:
 
     source = work / f"src-{revision}"
     source.mkdir()
-    for name in ("cmk.c", "cmk_generated.h"):
+    listed = subprocess.run(["git", "ls-tree", "--name-only", f"{revision}:pinner/native"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    names = [name for name in listed if name.endswith((".c", ".h"))]  # one cmk.c once, the units since
+    for name in names:
         text = subprocess.run(["git", "show", f"{revision}:pinner/native/{name}"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout
         (source / name).write_text(text)
     output = work / f"cmk-{revision}"
-    subprocess.run(["musl-gcc", *CFLAGS, "-o", str(output), str(source / "cmk.c")], check=True)
+    units = [str(source / name) for name in names if name.endswith(".c")]
+    subprocess.run(["musl-gcc", *CFLAGS, "-I", str(source), "-o", str(output), *units], check=True)
     return output
 
 

@@ -35,8 +35,7 @@ def main() -> int:
 
     if not DEFAULT_OUTPUT.is_file():
         build(DEFAULT_OUTPUT)
-    pinners = {"static": [str(DEFAULT_OUTPUT), "isolate"],
-               "python": [sys.executable, "-I", "-S", str(ROOT / "pinner" / "cmk_isolate.py")]}
+    pinners = {"static": [str(DEFAULT_OUTPUT), "isolate"]}
     with tempfile.TemporaryDirectory(prefix="cmk-socket-bench-") as tmp:
         runs: dict[tuple[str, str], tuple[list[str], dict[str, str]]] = {}
         for dump, cpus in DUMPS.items():

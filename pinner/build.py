@@ -10,7 +10,7 @@ binary with no NSS; a static glibc link (``cc -static``) is the fallback.
 tests); ``setup.py`` calls :func:`build` at package build when a compiler is
 there. The C source takes its exit statuses, pool table, error texts and help
 from ``cmk_generated.h``, generated here from ``pinner.contract`` (and the
-hook's own limits in ``pinner.hook``) so the two pinners cannot drift; ``--write-header`` refreshes it and a test checks it.
+hook's own limits in ``pinner.hook``) so it and the daemon cannot drift; ``--write-header`` refreshes it and a test checks it.
 """
 
 from __future__ import annotations

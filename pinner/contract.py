@@ -1,11 +1,9 @@
-"""What the daemon and both pinners agree on: pools, env names, limits, texts and exit statuses.
+"""What the daemon and the pinner agree on: pools, env names, limits, texts and exit statuses.
 
-One table, read by the Python pinner at start, by ``pinner/build.py`` to
-generate the C pinner's ``cmk_generated.h``, and by the daemon's plan and
-Allocate answer, so no two of them can drift. Standard library only and no
-``enum``/``typing`` import: the Python pinner pays for every module it loads
-(``import enum`` alone costs more than its whole start budget), so the exit
-tables are plain classes of ints, distinct by name.
+One table, read by ``pinner/build.py`` to generate the static pinner's
+``cmk_generated.h``, by the daemon's plan and Allocate answer and by the
+tests, so no two of them can drift. Standard library only; the exit tables
+are plain classes of ints, distinct by name.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def _number(token: str, text: str) -> int:
 def parse_cpu_list(text: str, *, env: bool = False) -> frozenset[int]:
     """Parse ``0-3,8,10-15:2/4`` into a set of CPU numbers.
 
-    ``env=True`` takes only what both pinners accept in a ``CMK_CPUS_*``
+    ``env=True`` takes only what the pinner (``pinner/native/cpulist.c``) accepts in a ``CMK_CPUS_*``
     variable: ``N`` and ``N-M`` separated by commas, no padding, no strides,
     not empty.
     """

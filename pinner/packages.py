@@ -1,8 +1,8 @@
 """Package numbers for CPUs whose ``physical_package_id`` is unknown (-1 on POWER, s390, some ARM guests).
 
-One rule, so the daemon's topology (``deviceplugin.host.sysfs``) and both
-pinners' ``--socket-id`` mean the same CPUs by "socket N"; the C pinner
-follows it line by line and the pinner tests compare it with the daemon's
+One rule, so the daemon's topology (``deviceplugin.host.sysfs``) and the
+pinner's ``--socket-id`` mean the same CPUs by "socket N"; the C pinner
+(``pinner/native/sockets.c``) follows it line by line and the pinner tests compare it with the daemon's
 model. As lscpu and hwloc do, a package is the set of CPUs its package list
 names. Standard library only, like the rest of ``pinner``.
 """
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 #: Where a CPU's package list is read, in this order (the kernel renamed ``core_siblings`` in 5.6).
 PACKAGE_LIST_FILES = ("package_cpus_list", "core_siblings_list", "package_cpus", "core_siblings")
-#: Why a CPU's socket cannot be told (both pinners print it after the ``physical_package_id`` path).
+#: Why a CPU's socket cannot be told (the pinner prints it after the ``physical_package_id`` path).
 UNKNOWN_PACKAGE_TEXT = (
     "-1 (unknown), and the CPU is offline or no package_cpus_list or core_siblings_list beside it names its package"
 )

@@ -1,8 +1,8 @@
 """The ``cmk`` command line: the one place that turns errors into one-line messages and exit codes.
 
-``cmk isolate`` is dispatched before anything else is imported, so the pinner
-starts as fast as the interpreter allows; ``cmk hook`` runs the static
-pinner, so ``isolate`` and ``hook`` work from either program named ``cmk``.
+``cmk isolate`` and ``cmk hook`` are dispatched before anything else is
+imported and exec the static pinner, the one program every container and the
+runtime run, so both work from either program named ``cmk``.
 """
 
 from __future__ import annotations
@@ -13,12 +13,8 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args and args[0] == "isolate":
-        from pinner.isolate import main as isolate_main
-
-        return isolate_main(args[1:])
-    if args and args[0] == "hook":
-        return hook(args[1:])
+    if args and args[0] in ("isolate", "hook"):
+        return static_pinner(args[0], args[1:])
     import os
 
     # gRPC's C core writes its own lines to stderr (e.g. "E1201 ... add_port.cc" for a socket path
@@ -36,22 +32,23 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + 13
 
 
-def hook(args: list[str], binary: Path | None = None) -> int:
-    """``cmk hook`` is the static pinner's (the runtime runs it on the host, maybe without Python): exec it."""
+def static_pinner(command: str, args: list[str], binary: Path | None = None) -> int:
+    """``cmk isolate`` and ``cmk hook`` are the static pinner's (containers and the runtime may lack Python): exec it."""
     import os
 
     from deviceplugin.host.install import BUILD_DOCS, built_pinner, unbuilt
-    from pinner.contract import HOOK_HELP, HOOK_PROG
+    from pinner.contract import HOOK_HELP, HOOK_PROG, ISOLATE_HELP, ISOLATE_PROG
 
     binary = binary or built_pinner()
     problem = unbuilt(binary)
     if not problem:
-        os.execv(binary, ["cmk", "hook", *args])
+        os.execv(binary, ["cmk", command, *args])
     if args[:1] in (["-h"], ["--help"]):
-        sys.stdout.write(HOOK_HELP)
+        sys.stdout.write(HOOK_HELP if command == "hook" else ISOLATE_HELP)
         return 0
-    sys.stderr.write(f"{HOOK_PROG}: error: the hook is the static pinner's, and {problem}: build it with "
-                     f"'python -m pinner.build' ({BUILD_DOCS}), or run the installed one, e.g. /opt/bin/cmk hook\n")
+    prog, what = (HOOK_PROG, "the hook") if command == "hook" else (ISOLATE_PROG, "the pinner")
+    sys.stderr.write(f"{prog}: error: {what} is the static pinner's, and {problem}: build it with "
+                     f"'python -m pinner.build' ({BUILD_DOCS}), or run the installed one, e.g. /opt/bin/cmk {command}\n")
     return 2
 
 

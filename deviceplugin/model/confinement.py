@@ -91,7 +91,7 @@ def unconfined(containers: Iterable[Container], exclusive: frozenset[int],
 
     The hook gives a container the union of its CDI devices' CPUs (whole
     exclusive cores, a shared or infra slot's CPUs) or, holding none, the
-    infra record's CPUs, which hold no exclusive CPU (``cmk.c``, ``hook``).
+    infra record's CPUs, which hold no exclusive CPU (``pinner/native/hook.c``).
     With E = ``exclusive`` (both core pools) and X a container's effective
     cpuset, the container is unconfined when X reaches E, X is not within E
     (what a container holding cores alone gets), and X is not one of ``held``,

@@ -1,8 +1,8 @@
-/* CPU sets, and the one parser of the kernel's cpu-list syntax (pinner/cpulist.py is its Python twin).
+/* CPU sets, and the one parser of the kernel's cpu-list syntax (pinner/cpulist.py is the daemon's twin).
  *
  * Grammar (the kernel's bitmap_parselist): comma-separated groups, each N, N-M or N-M:USED/GROUP (a
  * stride: in every GROUP CPUs from N, the first USED are taken), in any order. Two forms:
- * - CPU_LIST_ENV, what both pinners take in CMK_CPUS_* and a hook's --cpus: N and N-M only, no padding,
+ * - CPU_LIST_ENV, what the pinner takes in CMK_CPUS_* and a hook's --cpus: N and N-M only, no padding,
  *   not empty;
  * - CPU_LIST_KERNEL, what cpuset, sysfs and the infra record files hold: NUL bytes dropped, blanks around
  *   the list, a group and a number allowed, strides taken, and empty means no CPUs.

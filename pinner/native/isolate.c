@@ -101,8 +101,9 @@ static int long_option(int argc, char **argv, int *i, struct request *r, cmk_err
     return 0; /* --namespace: CMK's, accepted and unused */
 }
 
-/* CMK's `[OPTIONS] COMMAND [-- ARGS]` and the plain `[OPTIONS] -- COMMAND ARGS` (see parse_args in
- * pinner/isolate.py); 0, or the status. */
+/* CMK's `[OPTIONS] COMMAND [-- ARGS]` and the plain `[OPTIONS] -- COMMAND ARGS`. As in CMK (docopt), options
+ * may also stand between COMMAND and `--`; everything after the first `--` is passed on untouched. 0, or the
+ * status. */
 static int parse_args(int argc, char **argv, struct request *r, cmk_error *err)
 {
     int i = 0, status;

@@ -1,5 +1,5 @@
-/* `cmk isolate`: confine a command to the CPUs of one pool, then become it (the behaviour, the messages and
- * the exit statuses are docs/design/pinner.md's and pinner/contract.py's; pinner/isolate.py is the same program).
+/* `cmk isolate`: confine a command to the CPUs of one pool, then become it (docs/design/pinner.md says how and
+ * why; the messages' texts and the exit statuses come from pinner/contract.py).
  */
 #ifndef CMK_ISOLATE_H
 #define CMK_ISOLATE_H

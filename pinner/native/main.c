@@ -1,9 +1,9 @@
 /*
  * cmk: the self-contained pinner, for workload images without Python or libc.
  *
- * The same program as pinner/isolate.py (docs/design/pinner.md says how it behaves; pinner/contract.py holds the
- * exit statuses, the pool table and the texts, from which pinner/build.py generates cmk_generated.h): one
- * command line, one set of messages, one set of exit statuses, checked by one shared test table.
+ * The one pinner every container gets (docs/design/pinner.md says how it behaves; pinner/contract.py holds the exit
+ * statuses, the pool table and the texts, from which pinner/build.py generates cmk_generated.h, so the
+ * daemon and it agree); the Python `cmk isolate` and `cmk hook` exec it.
  *
  * Linked statically (musl preferred) so it runs from a read-only mount in a busybox-static, distroless or
  * scratch image. It allocates little, writes each error as one write(2), and execs the command in place.

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pinner.build import SOURCES
 from pinner.contract import ISOLATE_HELP
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +51,8 @@ def build(clone: Path, hook: str, *, path: str | None = None) -> tuple[Path, str
 def test_a_wheel_carries_the_pinner_and_its_sources_without_a_setuptools_warning(clone: Path) -> None:
     wheel, printed = build(clone, "build_wheel")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"pinner/bin/cmk", "pinner/native/cmk.c", "pinner/native/cmk_generated.h"} <= names
+    assert {"pinner/bin/cmk", "pinner/native/main.c", "pinner/native/cmk_generated.h"} <= names
+    assert {f"pinner/native/{source.name}" for source in SOURCES} <= names
     assert "is absent from the `packages` configuration" not in printed
     assert not any("__pycache__" in name for name in names)
 

@@ -372,10 +372,6 @@ def check_static_pinner(node: Node, plan: dict[str, Any]) -> str:
     return _pinner(node, [str(node.install_dir / "cmk"), "isolate"])
 
 
-def check_python_pinner(node: Node, plan: dict[str, Any]) -> str:
-    return _pinner(node, [sys.executable, "-I", "-S", str(REPO / "pinner" / "cmk_isolate.py")])
-
-
 def _rootfs(path: Path) -> None:
     """A root holding Debian's static busybox and the applets the container's script uses."""
     (path / "bin").mkdir(parents=True)
@@ -863,7 +859,6 @@ CHECKS: dict[str, Callable[..., str]] = {
     shapes.POOLS: check_pools,
     shapes.HOTPLUG: check_hotplug,
     shapes.STATIC_PINNER: check_static_pinner,
-    shapes.PYTHON_PINNER: check_python_pinner,
     shapes.HOOK_RUNC: check_hook_runc,
     shapes.HOOK_CRUN: check_hook_crun,
     shapes.ORDINARY_RUNC: check_ordinary_runc,
@@ -880,12 +875,12 @@ CHECKS: dict[str, Callable[..., str]] = {
     shapes.ESCAPE_CRUN: check_escape_crun,
 }
 #: Checks that need the daemon serving.
-NEEDS_DAEMON = {shapes.DEVICES, shapes.POOLS, shapes.HOTPLUG, shapes.STATIC_PINNER, shapes.PYTHON_PINNER,
+NEEDS_DAEMON = {shapes.DEVICES, shapes.POOLS, shapes.HOTPLUG, shapes.STATIC_PINNER,
                 shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG, shapes.USAGE, *shapes.NODE_WIDE,
                 shapes.ESCAPE_RUNC, shapes.ESCAPE_CRUN}
 #: The order that lets later checks use earlier answers (pinners and hooks use the pools' answers).
 ORDER = [shapes.KERNEL, shapes.POOLS, shapes.DEVICES, shapes.HOST_CONFIG, shapes.STATIC_PINNER,
-         shapes.PYTHON_PINNER, shapes.HOOK_RUNC, shapes.HOOK_CRUN, *shapes.NODE_WIDE, shapes.ESCAPE_RUNC,
+         shapes.HOOK_RUNC, shapes.HOOK_CRUN, *shapes.NODE_WIDE, shapes.ESCAPE_RUNC,
          shapes.ESCAPE_CRUN, shapes.HOTPLUG, shapes.USAGE, shapes.DESCRIBE, shapes.NO_REBOOT]
 
 

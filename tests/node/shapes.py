@@ -18,7 +18,6 @@ DEVICES = "devices_and_topology_match_the_kernel"
 POOLS = "pool_cpus_match_the_kernel"
 HOTPLUG = "cpu_offline_and_online_flip_health_by_uevent"
 STATIC_PINNER = "static_pinner_pins_and_execs_in_place"
-PYTHON_PINNER = "python_pinner_pins_and_execs_in_place"
 HOOK_RUNC = "hook_confines_a_runc_container_on_cgroup_v2"
 HOOK_CRUN = "hook_confines_a_crun_container_on_cgroup_v2"
 ORDINARY_RUNC = "node_wide_hook_keeps_an_ordinary_runc_container_on_the_infra_cpus"
@@ -69,7 +68,7 @@ NUMA_SMT_ISOLCPUS = Shape(
     numa=(("1G", "0-3"), ("1G", "4-7")),
     cmdline="isolcpus=managed_irq,domain,2-7 nohz_full=2-7",
     pool_flags=POOL_FLAGS,
-    checks=(KERNEL, DEVICES, POOLS, HOTPLUG, STATIC_PINNER, PYTHON_PINNER, HOOK_RUNC, HOOK_CRUN, ORDINARY_RUNC,
+    checks=(KERNEL, DEVICES, POOLS, HOTPLUG, STATIC_PINNER, HOOK_RUNC, HOOK_CRUN, ORDINARY_RUNC,
             ORDINARY_CRUN, ESCAPE_RUNC, ESCAPE_CRUN, HOST_CONFIG, USAGE),
     isolated="2-7",
     numa_nodes=2,

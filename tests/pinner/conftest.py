@@ -1,8 +1,7 @@
-"""The three ways to run ``cmk isolate``; every behaviour test runs against each.
+"""``cmk isolate`` as the behaviour tests run it: the static ``cmk`` executable every container gets.
 
-- ``python``: ``python3 -I -S pinner/cmk_isolate.py``, the fastest Python entry;
-- ``cli``: ``python -m deviceplugin isolate``, the ``cmk`` console script's path;
-- ``native``: the static ``cmk`` executable for images without Python.
+The Python ``cmk isolate`` execs that same binary (``tests/pinner/test_cli_pinner.py``
+checks it does), so the tables run once.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,6 @@ from tests.pinner.native import ensure_native_pinner
 from tests.topologies import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
-ISOLATE_PY = ROOT / "pinner" / "cmk_isolate.py"
 CPUSET_V1 = Path("/sys/fs/cgroup/cpuset")
 #: The two lowest CPUs this process may use: tests that pin for real use these, whatever the machine numbers them.
 CPU_A, CPU_B = sorted(os.sched_getaffinity(0))[:2]
@@ -61,13 +58,9 @@ def native_cmk() -> Path:
     return ensure_native_pinner()
 
 
-@pytest.fixture(params=["python", "cli", "native"])
-def pinner(request: pytest.FixtureRequest) -> Pinner:
-    if request.param == "python":
-        return Pinner("python", (sys.executable, "-I", "-S", str(ISOLATE_PY)))
-    if request.param == "cli":
-        return Pinner("cli", (sys.executable, "-m", "deviceplugin", "isolate"))
-    return Pinner("native", (str(request.getfixturevalue("native_cmk")), "isolate"))
+@pytest.fixture
+def pinner(native_cmk: Path) -> Pinner:
+    return Pinner("native", (str(native_cmk), "isolate"))
 
 
 def topology(name: str) -> Path:

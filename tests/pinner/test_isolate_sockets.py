@@ -1,6 +1,6 @@
 """``--socket-id`` on machines whose sysfs gives ``physical_package_id`` -1 (POWER, s390).
 
-The daemon derives those packages from the package CPU lists; both pinners
+The daemon derives those packages from the package CPU lists; the pinner
 must call the same CPUs "socket N". Every expectation here is the daemon's
 topology model (:func:`deviceplugin.host.sysfs.discover`) of the same dump.
 The pinners pin for real, so the pool is this machine's CPUs A and B; the
@@ -19,7 +19,6 @@ from deviceplugin.model.limits import checked_cpu_list, checked_cpu_mask
 from deviceplugin.model.topology import Topology
 from pinner.contract import IsolateExit
 from pinner.cpulist import format_cpu_list, format_cpu_mask
-from pinner.isolate import packages_of
 from pinner.packages import UNKNOWN_PACKAGE_TEXT, number_packages
 from tests.pinner.conftest import CPU_A, CPU_B, Pinner
 from tests.topologies import FIXTURES, fixture_copy
@@ -60,14 +59,32 @@ def test_a_cpu_counts_in_its_own_list_so_inconsistent_lists_are_separate_package
     assert number_packages({}, {0: frozenset({1}), 1: frozenset({1})}) == {0: 0, 1: 1}
 
 
-# ---- the Python pinner's reading, on every dump ---------------------------------------------------------------
+# ---- the pinner's reading, on every dump -----------------------------------------------------------------------
+
+
+def assert_each_socket_selects_its_cpus(pinner: Pinner, sysfs: Path, sockets: dict[int, int | None],
+                                        where: str) -> None:
+    """``--socket-id=N`` for each package N of ``sockets`` (CPU -> package) pins to exactly N's CPUs."""
+    env = {"CMK_CPUS_SHARED": ",".join(map(str, sockets)), "CMK_SYSFS_ROOT": str(sysfs)}
+    for socket in sorted({package for package in sockets.values() if package is not None}):
+        chosen = [cpu for cpu in sockets if sockets[cpu] == socket]
+        result = pinner.run([f"--socket-id={socket}", "--pool=shared", "sh", "--", "-c", SCRIPT], env)
+        assert (result.returncode, result.stderr, result.stdout) == (
+            0, "", f"Cpus_allowed_list:\t{format_cpu_list(chosen)}\nA={','.join(map(str, chosen))}\n"
+        ), f"{where}: socket {socket}"
 
 
 @pytest.mark.parametrize("dump", dumps(), ids=lambda path: path.name)
-def test_python_pinner_gives_every_cpu_the_package_the_daemon_gives_it(dump: Path) -> None:
+def test_the_pinner_puts_cpus_a_and_b_on_the_socket_the_daemon_gives_them(pinner: Pinner, dump: Path) -> None:
     topology = model(dump / "sys")
-    placed = sorted(cpu.id for cpu in topology.cpus.values() if cpu.online and cpu.package is not None)
-    assert packages_of(str(dump / "sys"), placed) == [topology.cpus[cpu].package for cpu in placed]
+    sockets: dict[int, int | None] = {cpu: package for cpu in (A, B) if cpu in topology.cpus
+                                      and (package := topology.cpus[cpu].package) is not None}
+    assert_each_socket_selects_its_cpus(pinner, dump / "sys", sockets, dump.name)
+    for cpu in sorted({A, B} - set(sockets)):  # offline in the dump, or without a topology folder
+        env = {"CMK_CPUS_SHARED": str(cpu), "CMK_SYSFS_ROOT": str(dump / "sys")}
+        result = pinner.run(["--socket-id=0", "--pool=shared", "true"], env)
+        assert (result.returncode, result.stderr.startswith(f"{E}cannot read the socket of CPU {cpu} from ")) == (
+            IsolateExit.SOCKET, True), result.stderr
 
 
 def test_the_unknown_id_dumps_have_many_derived_sockets() -> None:
@@ -78,7 +95,7 @@ def test_the_unknown_id_dumps_have_many_derived_sockets() -> None:
         assert (ids, len(model(FIXTURES / name / "sys").packages) > 2) == ({"-1"}, True)
 
 
-# ---- both pinners, as processes -------------------------------------------------------------------------------
+# ---- the unknown-id dumps, as processes -------------------------------------------------------------------------------
 
 
 def swap_cpus(sysfs: Path, one: int, other: int) -> None:
@@ -130,13 +147,8 @@ def test_socket_id_selects_the_cpus_the_daemon_puts_on_that_socket(
     assert None not in sockets.values(), f"{name}: the daemon places both CPUs"
     if "swapped" in dump:
         assert sockets[A] != sockets[B], f"{name}: the copy puts A and B on two sockets"
+    assert_each_socket_selects_its_cpus(pinner, sysfs, sockets, name)
     env = {"CMK_CPUS_SHARED": f"{A},{B}", "CMK_SYSFS_ROOT": str(sysfs)}
-    for socket in sorted(set(sockets.values())):
-        chosen = [cpu for cpu in (A, B) if sockets[cpu] == socket]
-        result = pinner.run([f"--socket-id={socket}", "--pool=shared", "sh", "--", "-c", SCRIPT], env)
-        assert (result.returncode, result.stderr, result.stdout) == (
-            0, "", f"Cpus_allowed_list:\t{format_cpu_list(chosen)}\nA={','.join(map(str, chosen))}\n"
-        ), f"{name}: socket {socket}"
     elsewhere = max(topology.packages)
     assert elsewhere not in sockets.values()
     result = pinner.run([f"--socket-id={elsewhere}", "--pool=shared", "true"], env)
@@ -147,7 +159,7 @@ def test_socket_id_selects_the_cpus_the_daemon_puts_on_that_socket(
     )
 
 
-# ---- what the reading refuses, both pinners alike -------------------------------------------------------------
+# ---- what the reading refuses -------------------------------------------------------------
 
 
 def broken_copy(tmp: Path, change: dict[str, bytes | None]) -> Path:

@@ -1,9 +1,9 @@
-"""One table of command lines, env and expected results, run against every pinner.
+"""One table of command lines, env and expected results, run against the static pinner.
 
 Each case runs the pinner as a real process on this machine's two lowest allowed CPUs (A and B).
 Successful cases run a shell that prints what the kernel reports for itself
 (``Cpus_allowed_list``) and the exported variables; error cases check the exact
-one-line message and exit status, identical for the Python and the C pinner.
+one-line message and exit status.
 
 Every case runs twice: with this process's affinity, and started on CPU A only
 while its cpuset allows more, as a container whose runtime did not reset the
@@ -225,9 +225,8 @@ def test_isolate(pinner: Pinner, case: Case, tmp: Path, inherited: str) -> None:
 
 
 def test_the_table_exercises_every_exit_status_of_the_contract() -> None:
-    """A status added to ``IsolateExit`` without a case here would go unchecked in both pinners.
+    """A status added to ``IsolateExit`` without a case here would go unchecked.
 
-    AFFINITY alone needs the cpuset to change between the check and the pin;
-    test_isolate_logic checks its message.
+    AFFINITY alone needs the cpuset to change between the check and the pin.
     """
     assert {case.status for case in CASES} | {IsolateExit.AFFINITY} == set(exit_table(IsolateExit).values())

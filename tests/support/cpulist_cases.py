@@ -39,7 +39,7 @@ MALFORMED_LISTS: list[tuple[str, str]] = [
     ("1" * 10, "is not a CPU number"),
 ]
 
-#: (text, CPUs, or the refusal) in the env form both pinners take in CMK_CPUS_* and --cpus: no padding,
+#: (text, CPUs, or the refusal) in the env form the pinner takes in CMK_CPUS_* and --cpus: no padding,
 #: no strides, not empty, any order
 ENV_LISTS: list[tuple[str, set[int] | str]] = [
     ("0", {0}),
@@ -50,6 +50,8 @@ ENV_LISTS: list[tuple[str, set[int] | str]] = [
     ("0-3:1/2", "'3:1/2' is not a CPU number"),
     ("1-0", "range '1-0' runs backwards"),
     ("9000", f"CPU 9000 is out of range (0-{MAX_CPUS - 1})"),
+    (f"{MAX_CPUS - 1}", {MAX_CPUS - 1}),
+    ("\u00b2", "'??' is not a CPU number"),  # shown byte by byte, as the environment holds it
 ]
 
 #: (text, CPUs) of sysfs hex masks

@@ -52,6 +52,16 @@ def test_malformed_mask_is_an_error(text):
         parse_cpu_mask(text)
 
 
+@pytest.mark.parametrize(
+    ("cpus", "mask"),
+    [([0], "1"), ([0, 1], "3"), ([0, 1, 4], "13"), ([10, 11], "C00"), ([63], "8000000000000000"),
+     ([64], "10000000000000000"), ([0, 127], "80000000000000000000000000000001")],
+)
+def test_mask_is_cmks_upper_case_hex_without_prefix(cpus: list[int], mask: str) -> None:
+    assert format_cpu_mask(cpus) == mask
+    assert parse_cpu_mask(mask) == frozenset(cpus)
+
+
 def test_format_collapses_runs():
     assert format_cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11"
     assert format_cpu_list([]) == ""

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*ROOT.glob("deviceplugin/**/*.py"), *ROOT.glob("pinner/**/*.py"), *ROOT.glob("tests/**/*.py")])
 C_SOURCES = sorted([*ROOT.glob("pinner/native/*.[ch]"), *ROOT.glob("tests/**/*.c")])
-#: a path into this repository, as C comments point at the Python twin, the docs and the tests
+#: a path into this repository, as C comments point at the Python side, the docs and the tests
 REPO_PATH = re.compile(r"\b(?:deviceplugin|pinner|tests|docs)/[\w./-]*\w\.(?:py|md|c|h)\b")
 
 MAX_LINES = 15  # the essays were 20 to 49
