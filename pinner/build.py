@@ -39,6 +39,9 @@ SANITIZE_CFLAGS = ["-O1", "-g", "-std=c11", "-Wall", "-Wextra", "-Wno-format-tru
                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 # tried in order; the first that links a static binary wins
 COMPILERS = ("musl-gcc", "cc", "gcc")
+#: Debian's cross toolchains by image architecture: a static glibc link (Debian ships no cross musl).
+CROSS_COMPILERS = {"arm64": ("aarch64-linux-gnu-gcc",)}
+CROSS_PACKAGES = {"arm64": "gcc-aarch64-linux-gnu libc6-dev-arm64-cross"}
 
 
 class BuildError(Exception):
@@ -174,6 +177,14 @@ def build(output: Path = DEFAULT_OUTPUT, compilers: tuple[str, ...] = COMPILERS)
     raise BuildError("static link failed (" + "; ".join(failures) + "): install musl-tools or libc6-dev")
 
 
+def build_cross(arch: str, output: Path) -> tuple[str, str]:
+    """Build the static pinner for image architecture ``arch`` (``arm64``) at ``output``, as :func:`build` does."""
+    compilers = CROSS_COMPILERS[arch]
+    if not any(shutil.which(compiler) for compiler in compilers):
+        raise BuildError(f"no {arch} cross compiler ({', '.join(compilers)}): install {CROSS_PACKAGES[arch]}")
+    return build(output, compilers)
+
+
 def build_sanitized(output: Path) -> None:
     """Build the pinner with AddressSanitizer and UBSan (gcc, dynamic) at ``output``; BuildError if it cannot be."""
     if shutil.which("gcc") is None:
@@ -203,6 +214,7 @@ def build_test_program(name: str, output: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pinner.build", description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"default: {DEFAULT_OUTPUT}")
+    parser.add_argument("--arch", choices=sorted(CROSS_COMPILERS), help="cross-build for this image architecture")
     parser.add_argument("--write-header", action="store_true", help="regenerate native/cmk_generated.h and exit")
     args = parser.parse_args(argv)
     if args.write_header:
@@ -210,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {HEADER}")
         return 0
     try:
-        compiler, warnings = build(args.output)
+        compiler, warnings = build_cross(args.arch, args.output) if args.arch else build(args.output)
     except BuildError as err:
         print(f"pinner.build: error: {err}", file=sys.stderr)
         return 1

@@ -53,9 +53,15 @@ class Pinner:
         )
 
 
+#: Names another build of the static pinner for these tests to run instead (``test_arm64.py``: the arm64 one
+#: behind a qemu-aarch64 wrapper).
+ENV_OTHER_PINNER = "CMK_TEST_PINNER"
+
+
 @pytest.fixture(scope="session")
 def native_cmk() -> Path:
-    return ensure_native_pinner()
+    other = os.environ.get(ENV_OTHER_PINNER)
+    return Path(other) if other else ensure_native_pinner()
 
 
 @pytest.fixture
