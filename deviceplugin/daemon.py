@@ -245,9 +245,10 @@ class Daemon:
         cores = {name: core.cpus for core, name in core_device_ids(self.plan.all_cores).items()}
         exclusive = cdi.exclusive_devices(self.tree) if self.settings.unthrottle_exclusive else frozenset()
         devices = cdi.spec_devices(self.tree, cores)
-        devices |= kept_cpus(cdi.read_spec(self.settings.cdi_dir), cdi.KIND, devices)  # rebuilt with our hook
+        on_disk = cdi.read_spec(self.settings.cdi_dir)
+        devices |= kept_cpus(on_disk, cdi.KIND, devices)  # rebuilt with our hook
         spec = cdi.build_spec(devices, cdi.hook_path(self.settings.install_dir), exclusive)
-        path = cdi.write_spec(spec, self.settings.cdi_dir)
+        path = cdi.write_spec(spec, self.settings.cdi_dir, on_disk=on_disk)
         log.info("CDI spec %s: %d devices (%s), hook %s (kept when the daemon stops)", path, len(spec["devices"]),
                  ", ".join(d["name"] for d in spec["devices"]), cdi.hook_path(self.settings.install_dir))
 

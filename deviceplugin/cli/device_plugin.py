@@ -125,32 +125,12 @@ def shared_host_paths(args: argparse.Namespace) -> tuple[str, ...]:
                  for on, flag, path, default, what, off in writes if on and Path(path) == Path(default))
 
 
-#: glibc's mallopt parameters (malloc.h)
-_M_MMAP_THRESHOLD, _M_ARENA_MAX = -3, -8
-
-
-def _tune_malloc() -> None:
-    """Keep the daemon's resident memory near what it holds; glibc only (elsewhere nothing changes).
-
-    A scrape reads multi-megabyte procfs tables in one of the HTTP server's
-    threads: glibc gives each thread its own arena, and after the first
-    large block is freed it raises its mmap threshold so later ones come
-    from (and stay in) the arenas. A fixed 128 KiB threshold and two arenas
-    return those blocks to the kernel (-3.5 MB after scrapes on 1,024 CPUs).
-    """
-    import ctypes
-
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
-        mallopt(_M_ARENA_MAX, 2)
-
-
 def _serve(args: argparse.Namespace) -> int:
     from deviceplugin import build_info
     from deviceplugin.events import ConfigActive, Events, HostPathsShared, Starting
+    from deviceplugin.host import malloc
 
-    _tune_malloc()  # before the first thread: arenas are made per thread
+    malloc.tune()  # before the first thread: arenas are made per thread
     events = Events()
     daemon, active = _daemon(args, events)
 

@@ -6,6 +6,8 @@ Why it works this way: ``docs/design/cdi-spec.md``.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -55,6 +57,7 @@ def spec_devices(tree: DeviceTree, cores: Mapping[str, frozenset[int]] = Mapping
 
 #: A spec of 8,192 cores is about 2 MiB; anything far larger was not written by a daemon.
 MAX_SPEC_BYTES = 16 * 1024 * 1024
+_SPEC_MODE = 0o644
 
 
 def read_spec(cdi_dir: Path) -> dict[str, Any] | None:
@@ -113,18 +116,29 @@ def build_spec(devices: Mapping[str, frozenset[int]], hook_path: str,
     }
 
 
-def write_spec(spec: Mapping[str, Any], cdi_dir: Path) -> Path:
+def write_spec(spec: Mapping[str, Any], cdi_dir: Path, *, on_disk: Mapping[str, Any] | None = None) -> Path:
     """Write ``spec`` to ``cdi_dir/SPEC_FILE_NAME`` atomically: a runtime reading it sees old or new, whole.
 
     The temp file's name does not end in ``.json``, so a runtime scanning the
-    directory meanwhile skips it.
+    directory meanwhile skips it. ``on_disk`` is the file as :func:`read_spec`
+    found it: when that is ``spec`` already (a daemon restart with the same
+    plan), the file stays, saving the indented dump (0.2 s on 8,192 CPUs).
     """
     target = cdi_dir / SPEC_FILE_NAME
+    if on_disk == spec and _mode(target) == _SPEC_MODE:
+        return target
     try:
-        write_atomically(target, (json.dumps(spec, indent=2) + "\n").encode(), mode=0o644)
+        write_atomically(target, (json.dumps(spec, indent=2) + "\n").encode(), mode=_SPEC_MODE)
     except OSError as err:
         raise _dir_error(cdi_dir, err) from None
     return target
+
+
+def _mode(path: Path) -> int | None:
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return None
 
 
 def remove_spec(cdi_dir: Path) -> None:

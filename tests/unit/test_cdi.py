@@ -123,6 +123,21 @@ def test_rewrite_replaces_the_file_whole_and_leaves_no_temp_file(tmp_path: Path)
     assert os.listdir(tmp_path) == [cdi.SPEC_FILE_NAME]
 
 
+def test_a_spec_equal_to_the_one_on_disk_is_left_as_it_is_and_any_difference_rewrites_it(tmp_path: Path) -> None:
+    spec = cdi.build_spec(SHARED, HOOK)
+    path = cdi.write_spec(spec, tmp_path)
+    inode = path.stat().st_ino
+    assert cdi.write_spec(spec, tmp_path, on_disk=cdi.read_spec(tmp_path)) == path
+    assert path.stat().st_ino == inode, "the same spec: the file is not replaced"
+    other = cdi.build_spec({"infra": frozenset({0})}, HOOK)
+    cdi.write_spec(other, tmp_path, on_disk=cdi.read_spec(tmp_path))
+    assert cdi.read_spec(tmp_path) == other and path.stat().st_ino != inode
+    path.chmod(0o600)
+    inode = path.stat().st_ino
+    cdi.write_spec(other, tmp_path, on_disk=cdi.read_spec(tmp_path))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 and path.stat().st_ino != inode, "a wrong mode is fixed"
+
+
 def test_remove_deletes_only_our_file_and_tolerates_its_absence(tmp_path: Path) -> None:
     (tmp_path / "other-vendor.json").write_text("{}")
     cdi.write_spec(cdi.build_spec(SHARED, HOOK), tmp_path)
