@@ -135,7 +135,7 @@ class Daemon:
         self.settings = settings
         self.events = events or Events()
         self._prefer: Preference = prefer
-        self.topology = topology = discover(settings.sysfs_root, settings.procfs_root)
+        self.topology = topology = discover(settings.sysfs_root, settings.procfs_root, later_threads_on_demand=True)
         self.plan: PoolPlan = plan_pools(topology, settings.plan)
         self.tree: DeviceTree = device_tree(self.plan, topology.online)
         _check_tree(self.tree, settings.kubelet_dir)

@@ -24,7 +24,7 @@ from deviceplugin.model.limits import (
     checked_cpu_mask,
     parse_count,
 )
-from deviceplugin.model.topology import Cpu, Topology
+from deviceplugin.model.topology import Cpu, CpuTable, Topology
 from pinner.packages import PACKAGE_LIST_FILES, number_packages
 
 _CPU_DIR = re.compile(r"cpu(\d+)")
@@ -37,8 +37,17 @@ _SIBLING_FILES = ("core_cpus_list", "thread_siblings_list", "core_cpus", "thread
 _ROOT_HINT = "pass --sysfs-root the directory that holds devices/system/cpu"
 
 
-def discover(sysfs_root: Path = Path("/sys"), procfs_root: Path = Path("/proc")) -> Topology:
-    """Every possible CPU with its state and placement, plus the kernel's isolation settings."""
+def discover(sysfs_root: Path = Path("/sys"), procfs_root: Path = Path("/proc"), *,
+             later_threads_on_demand: bool = False) -> Topology:
+    """Every possible CPU with its state and placement, plus the kernel's isolation settings.
+
+    With ``later_threads_on_demand`` (the daemon) each core's first online
+    thread is read now and the other threads' files only when their records
+    are asked for (:class:`~deviceplugin.model.topology.CpuTable`): the cores,
+    online CPUs and NUMA nodes are the same either way, and so is every
+    record once read. Where a first thread's package id is unknown, its
+    number depends on every thread's package list, so all are read now.
+    """
     cpu_root = _system_dir(sysfs_root)
     reader = _Reader()
     dirs = _numbered_dirs(reader, cpu_root, _CPU_DIR)
@@ -47,19 +56,52 @@ def discover(sysfs_root: Path = Path("/sys"), procfs_root: Path = Path("/proc"))
         raise CmkError(f"{cpu_root} shows no online CPU ({_ROOT_HINT})")
     every = (reader.cpus(_join(cpu_root, "possible")) or frozenset()) | dirs.keys() | online
     node_of = _node_of(reader, os.path.join(str(sysfs_root), "devices", "system", "node"), online)
-    cpus = {
-        cpu: (
-            _online_cpu(reader, cpu, dirs.get(cpu), node_of.get(cpu), online)
-            if cpu in online
-            else Cpu(id=cpu, online=False)
-        )
-        for cpu in every
-    }
-    cpus.update(_derived_packages(reader, cpus, dirs))
+
+    def record(cpu: int, reader: _Reader = reader) -> Cpu:
+        if cpu not in online:
+            return Cpu(id=cpu, online=False)
+        return _online_cpu(reader, cpu, dirs.get(cpu), node_of.get(cpu), online)
+
+    cpus: Mapping[int, Cpu]
+    first, later = _first_threads(every, online, record) if later_threads_on_demand else ({}, frozenset())
+    if later and all(cpu.package is not None for cpu in first.values() if cpu.online):
+        later_dirs = {cpu: dirs[cpu] for cpu in later if cpu in dirs}
+
+        def read_later() -> dict[int, Cpu]:
+            """The later threads' records as the eager path makes them (the first threads' packages are known)."""
+            fresh = _Reader()
+            records = {**first, **{cpu: _online_cpu(fresh, cpu, later_dirs.get(cpu), node_of.get(cpu), online)
+                                   for cpu in sorted(later)}}
+            records.update(_derived_packages(fresh, records, later_dirs))
+            return {cpu: records[cpu] for cpu in later}
+
+        cpus = CpuTable(first, {cpu: node_of.get(cpu) for cpu in later}, read_later)
+    else:
+        eager = {**first, **{cpu: record(cpu) for cpu in every if cpu not in first}}
+        eager.update(_derived_packages(reader, eager, dirs))
+        cpus = eager
     boot = read_boot_settings(procfs_root)
     isolated = (reader.cpus(_join(cpu_root, "isolated")) or frozenset()) | boot.isolcpus
     nohz_full = (reader.cpus(_join(cpu_root, "nohz_full")) or frozenset()) | boot.nohz_full
     return Topology(cpus=cpus, isolated=isolated, nohz_full=nohz_full)
+
+
+def _first_threads(every: frozenset[int], online: frozenset[int],
+                   record: Callable[[int], Cpu]) -> tuple[dict[int, Cpu], frozenset[int]]:
+    """The records of the offline CPUs and of each core's first online thread, and the online CPUs left.
+
+    A first thread is what :class:`~deviceplugin.model.topology.Topology` makes a core of: the
+    lowest online CPU that no lower first thread lists among its siblings.
+    """
+    first: dict[int, Cpu] = {}
+    covered: set[int] = set()
+    for cpu in sorted(every):
+        if cpu in covered:
+            continue
+        first[cpu] = found = record(cpu)
+        if found.online:
+            covered |= (found.siblings | {cpu}) & online
+    return first, frozenset(covered - first.keys())
 
 
 def online_cpus(sysfs_root: Path = Path("/sys")) -> frozenset[int]:

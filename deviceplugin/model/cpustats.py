@@ -162,11 +162,13 @@ def softirq_kinds(text: str) -> dict[int, dict[str, int]]:
 def places(topology: Topology, plan: PoolPlan) -> dict[int, Place]:
     """Every CPU the topology knows, with its pool from the plan, its NUMA node and whether it is isolated."""
     pool_of = {cpu: str(pool) for pool, cores in plan.pools.items() for core in cores for cpu in core.cpus}
-    return {
-        cpu.id: Place(pool_of.get(cpu.id, NO_POOL), "unknown" if cpu.node is None else str(cpu.node),
-                      cpu.id in topology.isolated)
-        for cpu in topology.cpus.values()
-    }
+    shared: dict[Place, Place] = {}  # one object per distinct place, not one per CPU (8,192 of them)
+    found = {}
+    for cpu in topology.cpus:  # the node alone: a core's later threads' records need not be read
+        node = topology.node_of(cpu)
+        place = Place(pool_of.get(cpu, NO_POOL), "unknown" if node is None else str(node), cpu in topology.isolated)
+        found[cpu] = shared.setdefault(place, place)
+    return found
 
 
 #: Where a CPU the plan does not know sits (one the kernel lists that discovery did not).

@@ -187,7 +187,7 @@ def _named_cores(topology: Topology, cpus: frozenset[int]) -> list[Core]:
             raise PlanError(
                 f"--excl-non-isolcpus names CPU {cpu}, which does not exist (CPUs: {known})"
             )
-        if not topology.cpus[cpu].online:
+        if cpu not in topology.online:
             raise PlanError(f"--excl-non-isolcpus names CPU {cpu}, which is offline")
         core = topology.core_of(cpu)
         assert core is not None  # every online CPU belongs to a core

@@ -11,9 +11,9 @@ repeat across packages and, on some machines, inside one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from pinner.cpulist import format_cpu_list
 
@@ -62,6 +62,57 @@ class Core:
         return "{" + format_cpu_list(self.cpus) + "}"
 
 
+class CpuTable(Mapping[int, Cpu]):
+    """CPU id -> :class:`Cpu`, in id order; the records of a core's later threads may be read on first use.
+
+    The pools need of every CPU only its online state and NUMA node, and of
+    each core only its first thread's record (:class:`Core` is made from
+    it). So discovery for the daemon reads the later threads' own files (half
+    of ~100,000 on 8,192 CPUs) only if something asks for their records:
+    ``later`` holds their NUMA nodes (from the node lists), ``read_later``
+    reads them, once. Read-only, like the mapping it replaces.
+    """
+
+    __slots__ = ("_ids", "_lock", "_node", "_online", "_read_later", "_records")
+
+    def __init__(self, records: Mapping[int, Cpu], later: Mapping[int, int | None] | None = None,
+                 read_later: Callable[[], Mapping[int, Cpu]] | None = None) -> None:
+        later = later or {}
+        self._records = dict(records)
+        self._ids = tuple(sorted(self._records.keys() | later.keys()))
+        self._online = frozenset(cpu for cpu, record in self._records.items() if record.online) | later.keys()
+        self._node = {cpu: record.node for cpu, record in self._records.items()} | dict(later)
+        self._read_later = read_later if later else None
+        self._lock = threading.Lock()
+
+    @property
+    def online(self) -> frozenset[int]:
+        return self._online
+
+    def node_of(self, cpu: int) -> int | None:
+        return self._node.get(cpu)
+
+    def __getitem__(self, cpu: int) -> Cpu:
+        if cpu not in self._records and self._read_later is not None and cpu in self._node:
+            with self._lock:
+                if self._read_later is not None:
+                    self._records.update(self._read_later())
+                    self._read_later = None
+        return self._records[cpu]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, cpu: object) -> bool:
+        return cpu in self._node
+
+    def __repr__(self) -> str:
+        return f"CpuTable({dict(self.items())!r})"
+
+
 @dataclass(frozen=True)
 class Topology:
     """Every possible CPU with its state, plus the kernel's isolation settings."""
@@ -70,18 +121,25 @@ class Topology:
     isolated: frozenset[int] = frozenset()
     nohz_full: frozenset[int] = frozenset()
     _cores: tuple[Core, ...] = field(default=(), repr=False, compare=False)
+    _table: CpuTable = field(default_factory=lambda: CpuTable({}), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "cpus", MappingProxyType(dict(sorted(self.cpus.items()))))
-        object.__setattr__(self, "_cores", _group_cores(self.cpus))
+        table = self.cpus if isinstance(self.cpus, CpuTable) else CpuTable(self.cpus)
+        object.__setattr__(self, "cpus", table)
+        object.__setattr__(self, "_table", table)
+        object.__setattr__(self, "_cores", _group_cores(table))
 
     @property
     def online(self) -> frozenset[int]:
-        return frozenset(cpu.id for cpu in self.cpus.values() if cpu.online)
+        return self._table.online
 
     @property
     def offline(self) -> frozenset[int]:
-        return frozenset(cpu.id for cpu in self.cpus.values() if not cpu.online)
+        return frozenset(self._table) - self._table.online
+
+    def node_of(self, cpu: int) -> int | None:
+        """The CPU's NUMA node (None: unknown, or no such CPU), without reading its record."""
+        return self._table.node_of(cpu)
 
     @property
     def cores(self) -> tuple[Core, ...]:
@@ -96,9 +154,10 @@ class Topology:
     def numa_nodes(self) -> Mapping[int, frozenset[int]]:
         """NUMA node id -> its online CPUs (nodes without online CPUs are left out)."""
         nodes: dict[int, set[int]] = {}
-        for cpu in self.cpus.values():
-            if cpu.online and cpu.node is not None:
-                nodes.setdefault(cpu.node, set()).add(cpu.id)
+        for cpu in self._table:
+            node = self._table.node_of(cpu)
+            if node is not None and cpu in self._table.online:
+                nodes.setdefault(node, set()).add(cpu)
         return {node: frozenset(cpus) for node, cpus in sorted(nodes.items())}
 
     @property
@@ -112,13 +171,16 @@ class Topology:
         return None
 
 
-def _group_cores(cpus: Mapping[int, Cpu]) -> tuple[Core, ...]:
+def _group_cores(cpus: CpuTable) -> tuple[Core, ...]:
+    """Each core from its first online thread's record: the later threads' records are not read."""
     seen: set[int] = set()
     cores: list[Core] = []
-    for cpu in cpus.values():
-        if not cpu.online or cpu.id in seen:
+    online = cpus.online
+    for cpu_id in cpus:
+        if cpu_id not in online or cpu_id in seen:
             continue
-        threads = frozenset(t for t in (cpu.siblings | {cpu.id}) if t in cpus and cpus[t].online)
+        cpu = cpus[cpu_id]
+        threads = frozenset(t for t in (cpu.siblings | {cpu.id}) if t in online)
         seen |= threads
         cores.append(
             Core(

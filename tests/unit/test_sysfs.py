@@ -14,6 +14,8 @@ import pytest
 from benchmarks.synthetic_sysfs import SyntheticRoots, write_synthetic_sysfs
 from deviceplugin.errors import CmkError
 from deviceplugin.host.sysfs import discover, online_cpus, read_boot_settings
+from deviceplugin.host.sysfs import discover as _discover
+from deviceplugin.model.topology import Topology
 from pinner.cpulist import format_cpu_list
 
 
@@ -43,6 +45,23 @@ def _remove_list_files(roots: SyntheticRoots) -> None:
 
 def _cores(roots: SyntheticRoots) -> list[str]:
     return [format_cpu_list(core.cpus) for core in discover(roots.sysfs, roots.procfs).cores]
+
+
+def _every_record_read(sysfs_root: Path, procfs_root: Path) -> Topology:
+    """The daemon's discovery, then every later thread's record read (and its errors raised) as the eager one does."""
+    topology = _discover(sysfs_root, procfs_root, later_threads_on_demand=True)
+    dict(topology.cpus)
+    return topology
+
+
+@pytest.fixture(params=[False, True], ids=["eager", "later-threads-on-demand"])
+def discover_both(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here runs twice: the daemon's discovery (later threads read on demand) must find the same."""
+    if request.param:
+        monkeypatch.setitem(globals(), "discover", _every_record_read)
+
+
+pytestmark = pytest.mark.usefixtures("discover_both")
 
 
 # --- the plain tree -------------------------------------------------------------------
@@ -411,3 +430,24 @@ def test_an_empty_l3_sharing_list_means_the_cores_own_cache(tmp_path: Path) -> N
         _write(_cpu(roots, f"cpu{cpu}/cache/index3/shared_cpu_list"), "\n")
     topology = discover(roots.sysfs, roots.procfs)
     assert [topology.cpus[cpu].l3 for cpu in range(4)] == [{0, 2}, {1, 3}, {0, 2}, {1, 3}]
+
+
+def test_the_daemon_reads_a_later_threads_files_only_when_its_record_is_asked_for(tmp_path: Path) -> None:
+    roots = _machine(tmp_path)  # cores {0,2} and {1,3}: CPUs 2 and 3 are later threads
+    path = _cpu(roots, "cpu3/topology/core_id")
+    _write(path, "three\n")
+    topology = _discover(roots.sysfs, roots.procfs, later_threads_on_demand=True)
+    assert [format_cpu_list(core.cpus) for core in topology.cores] == ["0,2", "1,3"]
+    assert topology.online == {0, 1, 2, 3} and topology.node_of(3) == 0
+    with pytest.raises(CmkError, match=rf"{path}: expected an integer, found 'three'"):
+        topology.cpus[3]
+
+
+def test_a_first_thread_of_unknown_package_has_every_thread_read_at_once(tmp_path: Path) -> None:
+    """Its derived number depends on every thread's package list, so nothing is left for later."""
+    roots = _machine(tmp_path)
+    _write(_cpu(roots, "cpu0/topology/physical_package_id"), "-1\n")
+    path = _cpu(roots, "cpu3/topology/core_id")
+    _write(path, "three\n")
+    with pytest.raises(CmkError, match=rf"{path}: expected an integer"):
+        _discover(roots.sysfs, roots.procfs, later_threads_on_demand=True)

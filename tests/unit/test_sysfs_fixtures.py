@@ -277,3 +277,14 @@ def test_a_fixture_copy_with_isolation_written_in(tmp_path: Path) -> None:
     original = _discovered(folder)
     assert topology.cpus == original.cpus
     assert topology.cores == original.cores
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_reading_later_threads_on_demand_finds_the_same_machine(folder: str) -> None:
+    """The daemon's discovery: cores, online CPUs and nodes before any later thread is read, then every record."""
+    eager = _discovered(folder)
+    lazy = discover(FIXTURES / folder / "sys", FIXTURES / folder / "proc", later_threads_on_demand=True)
+    assert (lazy.cores, lazy.online, lazy.offline, lazy.numa_nodes) == (
+        eager.cores, eager.online, eager.offline, eager.numa_nodes)
+    assert [lazy.node_of(cpu) for cpu in lazy.cpus] == [eager.cpus[cpu].node for cpu in eager.cpus]
+    assert dict(lazy.cpus) == dict(eager.cpus) and lazy == eager
