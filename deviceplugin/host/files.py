@@ -34,20 +34,24 @@ def read_file(path: str | os.PathLike[str], limit: int, *, what: str = "") -> by
     """The whole content of regular file ``path``, at most ``limit`` bytes; ``None`` if it does not exist.
 
     ``what`` names the file in errors, with a trailing space ("config file ").
+    A first read that returns the file's whole ``st_size`` ends it: discovery
+    reads ~50,000 small files on 8,192 CPUs, and the read that would only see
+    the end was a fifth of the time. (sysfs and procfs report 4096 or 0, so
+    there a second read still finds the end.)
     """
-    name = shown(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except ValueError:  # a NUL in the name
-        raise FileProblem(f"cannot read {what}{name}: the path holds a NUL byte") from None
+        raise FileProblem(f"cannot read {what}{shown(path)}: the path holds a NUL byte") from None
     except OSError as err:
-        raise FileProblem(f"cannot read {what}{name}: {_reason(err)}") from None
+        raise FileProblem(f"cannot read {what}{shown(path)}: {_reason(err)}") from None
     try:
-        kind = stat.S_IFMT(os.fstat(fd).st_mode)
+        status = os.fstat(fd)
+        kind = stat.S_IFMT(status.st_mode)
         if kind != stat.S_IFREG:
-            raise FileProblem(f"cannot read {what}{name}: it is {_KINDS.get(kind, 'not a regular file')}, "
+            raise FileProblem(f"cannot read {what}{shown(path)}: it is {_KINDS.get(kind, 'not a regular file')}, "
                               "not a regular file")
         chunks: list[bytes] = []
         size = 0
@@ -57,13 +61,15 @@ def read_file(path: str | os.PathLike[str], limit: int, *, what: str = "") -> by
                 break
             chunks.append(chunk)
             size += len(chunk)
+            if size == status.st_size and size <= limit:
+                break
         if size > limit:
-            raise FileProblem(f"cannot read {what}{name}: larger than the {limit}-byte limit")
-        return b"".join(chunks)
+            raise FileProblem(f"cannot read {what}{shown(path)}: larger than the {limit}-byte limit")
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     except BlockingIOError:
-        raise FileProblem(f"cannot read {what}{name}: reading would block") from None
+        raise FileProblem(f"cannot read {what}{shown(path)}: reading would block") from None
     except OSError as err:
-        raise FileProblem(f"cannot read {what}{name}: {_reason(err)}") from None
+        raise FileProblem(f"cannot read {what}{shown(path)}: {_reason(err)}") from None
     finally:
         os.close(fd)
 

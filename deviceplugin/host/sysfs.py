@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from deviceplugin.errors import CmkError
 from deviceplugin.host.files import PSEUDO_FILE_LIMIT, check_directory, read_file, shown
@@ -34,6 +35,7 @@ _X86_BAD_APICID = 0xFFFF
 _MAX_ID = 2**31 - 1  # topology ids are C ints; -1 is "unknown"
 _NO_CPUS = "(null)"  # what cpu/nohz_full reads when nohz_full is off
 _SIBLING_FILES = ("core_cpus_list", "thread_siblings_list", "core_cpus", "thread_siblings")
+T = TypeVar("T")
 _ROOT_HINT = "pass --sysfs-root the directory that holds devices/system/cpu"
 
 
@@ -171,11 +173,10 @@ def _system_dir(sysfs_root: Path) -> str:
 def _numbered_dirs(reader: _Reader, parent: str, pattern: re.Pattern[str]) -> dict[int, str]:
     """``cpuN``/``nodeN`` subfolders by number (``cpufreq``, ``cpuidle`` etc. are skipped)."""
     found: dict[int, str] = {}
-    for name in reader.listing(parent) or ():
+    for name, is_dir in reader.entries(parent) or ():
         match = pattern.fullmatch(name)
-        path = _join(parent, name)
-        if match and os.path.isdir(path):
-            found[int(match.group(1))] = path
+        if match and is_dir():
+            found[int(match.group(1))] = _join(parent, name)
     return found
 
 
@@ -213,38 +214,39 @@ def _online_cpu(
     reader: _Reader, cpu: int, path: str | None, node: int | None, online: frozenset[int]
 ) -> Cpu:
     topology = _join(path, "topology") if path else ""
-    names = reader.listing(topology) if path else None
-    if path is None or names is None:
+    try:  # each file is opened, not looked up in a listing first: a listing per CPU was a tenth of discovery
+        siblings = reader.cpus(*(_join(topology, name) for name in _SIBLING_FILES)) if path else None
+    except CmkError:
+        reader.listing(topology)  # a file where the folder should be: say that, not what reading inside it says
+        raise
+    if path is None or (siblings is None and reader.listing(topology) is None):
         # Online but undescribed (a trimmed dump): a lone thread of unknown placement.
         return Cpu(id=cpu, online=True, node=node, siblings=frozenset({cpu}))
-    siblings = reader.cpus(*(_join(topology, name) for name in _SIBLING_FILES if name in names))
     core = reader.shared(((siblings or frozenset()) & online) | {cpu})
     l2, l3 = _caches(reader, _join(path, "cache"), core)
     base_frequency, epp = _cpufreq(reader, _join(path, "cpufreq"))
     return Cpu(
         id=cpu,
         online=True,
-        package=_id(reader, topology, names, "physical_package_id"),
-        die=_id(reader, topology, names, "die_id"),
+        package=_id(reader, topology, "physical_package_id"),
+        die=_id(reader, topology, "die_id"),
         node=node,
-        core_id=_id(reader, topology, names, "core_id"),
+        core_id=_id(reader, topology, "core_id"),
         siblings=core,
         l2=l2,
         l3=l3,
         base_frequency=base_frequency,
         energy_performance_preference=epp,
-        cluster=_id(reader, topology, names, "cluster_id"),
+        cluster=_id(reader, topology, "cluster_id"),
     )
 
 
-def _id(reader: _Reader, directory: str, names: Collection[str], name: str) -> int | None:
+def _id(reader: _Reader, directory: str, name: str) -> int | None:
     """A topology id; missing or the kernel's "unknown" is ``None``.
 
     "Unknown" is ``-1``, and for ``cluster_id`` also x86's ``BAD_APICID``
     (65535), which kernels print when the CPU reports no L2 cluster.
     """
-    if name not in names:
-        return None
     value = reader.integer(_join(directory, name))
     if value is None or value < 0 or (name == "cluster_id" and value == _X86_BAD_APICID):
         return None
@@ -305,14 +307,16 @@ class _Reader:
 
     def listing(self, path: str) -> frozenset[str] | None:
         """A folder's entry names; ``None`` if it does not exist."""
-        try:
-            return frozenset(os.listdir(path))
-        except FileNotFoundError:
-            return None
-        except NotADirectoryError:
-            raise CmkError(f"cannot list {path}: a file stands where a folder should be") from None
-        except OSError as error:
-            raise CmkError(f"cannot list {path}: {error.strerror or error}") from None
+        return _listed(path, lambda: frozenset(os.listdir(path)))
+
+    def entries(self, path: str) -> list[tuple[str, Callable[[], bool]]] | None:
+        """A folder's entry names, each with whether it is a folder (a symlink to one too), from one scan."""
+
+        def scan() -> list[tuple[str, Callable[[], bool]]]:
+            with os.scandir(path) as found:
+                return [(entry.name, entry.is_dir) for entry in found]
+
+        return _listed(path, scan)
 
     def text(self, path: str) -> str | None:
         """The file's content without NULs and surrounding whitespace; ``None`` if missing."""
@@ -350,6 +354,18 @@ class _Reader:
                     raise CmkError(f"{path}: {error}") from None
             return self._parsed[key]
         return None
+
+
+def _listed(path: str, list_it: Callable[[], T]) -> T | None:
+    """``list_it()``; ``None`` if the folder does not exist, a CmkError naming it for anything else."""
+    try:
+        return list_it()
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        raise CmkError(f"cannot list {path}: a file stands where a folder should be") from None
+    except OSError as error:
+        raise CmkError(f"cannot list {path}: {error.strerror or error}") from None
 
 
 def _parser_for(name: str) -> Callable[[str], frozenset[int]]:

@@ -72,7 +72,7 @@ class _Inotify:
         self._wake_r, self._wake_w = -1, -1
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def watch(self, path: Path) -> int:
+    def watch(self, path: str | Path) -> int:
         """Watch ``path``; its watch descriptor, or -1 if it went away meanwhile."""
         wd = int(self._libc.inotify_add_watch(self._fd, os.fsencode(path), self._mask))
         if wd < 0:
@@ -172,7 +172,7 @@ class _InotifyCpuWatcher(_Inotify):
         with os.scandir(self._dir) as entries:
             for entry in entries:
                 if _CPU_DIR.fullmatch(os.fsencode(entry.name)) and entry.is_dir(follow_symlinks=False):
-                    self.watch(Path(entry.path))
+                    self.watch(entry.path)  # a str: a Path each is a third of the start on 8,192 CPUs
 
     def _event(self, wd: int, mask: int, name: bytes) -> None:
         if wd == self._root and mask & _IN_ISDIR and _CPU_DIR.fullmatch(name):
