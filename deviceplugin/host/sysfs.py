@@ -349,7 +349,7 @@ class _Reader:
             key = (name, text)
             if key not in self._parsed:
                 try:
-                    self._parsed[key] = _parser_for(name)(text)
+                    self._parsed[key] = self.shared(_parser_for(name)(text))  # a core's L2 is its siblings' set
                 except CpuListError as error:
                     raise CmkError(f"{path}: {error}") from None
             return self._parsed[key]

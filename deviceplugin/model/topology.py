@@ -181,6 +181,7 @@ def _group_cores(cpus: CpuTable) -> tuple[Core, ...]:
             continue
         cpu = cpus[cpu_id]
         threads = frozenset(t for t in (cpu.siblings | {cpu.id}) if t in online)
+        threads = cpu.siblings if threads == cpu.siblings else threads  # one set per core, not two (8,192 CPUs)
         seen |= threads
         cores.append(
             Core(
