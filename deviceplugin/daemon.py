@@ -423,6 +423,8 @@ class Daemon:
         except CmkError as err:  # a sysfs file caught mid-change: the next event re-reads
             log.warning("re-reading CPUs failed: %s", err)
             return
+        if online == self._online:  # the tree is of these CPUs already (the start's own check lands here)
+            return
         self._push(device_tree(self.plan, online, self._withheld_cores()), online)
 
     def _push(self, new: DeviceTree, online: frozenset[int]) -> None:
