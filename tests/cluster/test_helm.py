@@ -20,14 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import Deployment, node_shows_registered, rollout
 from tests.cluster.deploy import (
     DAEMONSET,
     NAMESPACE,
+    Deployment,
     PinnedState,
     delete_pod,
     node_paths,
+    node_shows_registered,
     pinned_state,
+    rollout,
     start_pinned_pod,
 )
 from tests.cluster.node import NODE_NAME, Node, wait_for
