@@ -31,7 +31,7 @@ from deviceplugin.cli.flags import (
 from deviceplugin.host.install import built_pinner, unbuilt_note
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.hostsettings import host_config_disagreement
-from deviceplugin.model.plan import plan_pools
+from deviceplugin.model.node import plan_node
 from deviceplugin.view.describe import config_data, describe_data, render_table
 
 if TYPE_CHECKING:
@@ -68,24 +68,22 @@ def run(args: argparse.Namespace) -> int:
     from deviceplugin.kubelet.podresources import Unavailable, read_assignments
     from deviceplugin.model.confinement import held_sets
     from deviceplugin.model.cpustats import held_cpus, places
-    from deviceplugin.model.devices import device_tree
     from deviceplugin.model.withheld import withheld_cores
     from deviceplugin.view.live import live_data, unavailable
 
     socket_unset = args.pod_resources_socket is UNSET
     active = apply_config_file(args)
     socket_given = not socket_unset or (active is not None and "pod_resources_socket" in active.values)
-    topology = discover(args.sysfs_root, args.procfs_root)
-    plan = plan_pools(topology, plan_options(args))
+    node = plan_node(discover(args.sysfs_root, args.procfs_root), plan_options(args))
+    topology, plan, tree = node.topology, node.plan, node.tree
     data = describe_data(topology, plan)
-    data["plan"]["host_config_agrees"] = not (disagreement := host_config_disagreement(topology, plan_options(args)))
+    data["plan"]["host_config_agrees"] = not (disagreement := host_config_disagreement(node, plan_options(args)))
     data["plan"]["notes"] += disagreement
     if active is not None:
         data["config"] = config_data(str(args.config), active.section, active.generation, active.node)
     note = unbuilt_note(built_pinner())
     if note:
         data["plan"]["notes"].append(note)
-    tree = device_tree(plan, topology.online)
     socket = str(args.pod_resources_socket)
     held = shapes = None
     if args.sysfs_root != DEFAULT_SYSFS_ROOT and not socket_given:
@@ -97,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             assignments = read_assignments(args.pod_resources_socket, resources=tree)
             # As the daemon does at its start: cores still held under another ID or pool are in no pool.
             withheld = withheld_cores(plan, {resource: assignments.held(resource) for resource in tree})
-            tree = device_tree(plan, topology.online, frozenset(w.core for w in withheld))
+            tree = node.tree_now(topology.online, frozenset(w.core for w in withheld))
             data["live"] = live_data(tree, assignments, socket, topology.offline)
             data["live"]["notes"] += [w.message for w in withheld]
             held = held_cpus(tree, assignments.held)

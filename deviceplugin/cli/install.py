@@ -40,11 +40,12 @@ def run(args: argparse.Namespace) -> int:
     from deviceplugin.host import nodewide
     from deviceplugin.host.cdi import hook_path
     from deviceplugin.host.sysfs import discover
-    from deviceplugin.model.plan import Pool, plan_pools
+    from deviceplugin.model.node import plan_node
+    from deviceplugin.model.plan import Pool
 
     apply_config_file(args)
     install_dir = Path(args.install_dir)
-    plan = plan_pools(discover(args.sysfs_root, args.procfs_root), plan_options(args))  # a bad plan: nothing written
+    plan = plan_node(discover(args.sysfs_root, args.procfs_root), plan_options(args)).plan  # a bad plan: nothing written
     target = install_pinner(built_pinner(), install_dir)
     print(f"installed {target}")
     binary, record = hook_path(str(install_dir.absolute())), str(nodewide.record_path(install_dir.absolute()))

@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from deviceplugin.errors import CmkError
-from deviceplugin.model.plan import PlanOptions, Pool, PoolPlan, plan_pools
+from deviceplugin.model.node import NodePlan, plan_node
+from deviceplugin.model.plan import PlanOptions, Pool, PoolPlan
 from deviceplugin.model.topology import Topology
 from pinner import hook
 from pinner.cpulist import format_cpu_list
@@ -84,16 +85,17 @@ class HostConfig:
 
 def target_plan(topology: Topology, options: PlanOptions) -> PoolPlan:
     """The pool plan the node gets once booted with the right isolcpus: planned as if nothing were isolated."""
-    return plan_pools(dataclasses.replace(topology, isolated=frozenset()), options)
+    return plan_node(dataclasses.replace(topology, isolated=frozenset()), options).plan
 
 
-def host_config_disagreement(topology: Topology, options: PlanOptions) -> list[str]:
+def host_config_disagreement(node: NodePlan, options: PlanOptions) -> list[str]:
     """A note when ``cmk describe`` plans other CPUs than ``cmk host-config`` with the same flags; else none.
 
     They differ exactly when the node is not booted with host-config's ``isolcpus=`` line (e.g. the
     xeon_d dump, booted with isolcpus=0-3,8-11 where host-config keeps core 0 for the host).
     """
-    booted, target = plan_pools(topology, options), target_plan(topology, options)
+    topology = node.topology
+    booted, target = node.plan, target_plan(topology, options)
     if all(booted.cpus(pool) == target.cpus(pool) for pool in Pool):
         return []
     wanted = format_cpu_list(target.cpus(Pool.EXCLUSIVE) | target.cpus(Pool.SHARED))
