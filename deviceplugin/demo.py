@@ -35,6 +35,7 @@ from deviceplugin.errors import CmkError
 from deviceplugin.host.install import BUILD_DOCS, built_pinner, install_pinner, unbuilt
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.answers import ENV_NAMES
+from deviceplugin.model.node import plan_node
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import Topology
 from deviceplugin.standin import AdmittedContainer, ContainerSpec, Kubelet, PodSpec
@@ -185,13 +186,15 @@ class Demo:
     def _walkthrough(self) -> int:
         s = self.settings
         this_machine = s.sysfs_root.resolve() == Path("/sys").resolve()
-        topology = discover(s.sysfs_root, s.procfs_root)
+        node = plan_node(discover(s.sysfs_root, s.procfs_root), s.plan)
+        topology = node.topology
         with _signals_deferred():
             workdir = Path(tempfile.mkdtemp(prefix="cmk-demo-"))
             self._stack.callback(_quietly(f"removing {workdir}", lambda: shutil.rmtree(workdir)))
         install_dir = workdir / "opt-bin"
         daemon = Daemon(DaemonSettings(kubelet_dir=workdir / "device-plugins", sysfs_root=s.sysfs_root,
-                                       procfs_root=s.procfs_root, install_dir=str(install_dir), plan=s.plan))
+                                       procfs_root=s.procfs_root, install_dir=str(install_dir), plan=s.plan),
+                        node=node)
         containers = view.demo_containers(daemon.plan, cores=len(topology.cores))
 
         self.out("cmk demo: the seed pod on this machine, with no cluster")

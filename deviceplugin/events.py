@@ -24,6 +24,8 @@ class Event:
 
     name: ClassVar[str]
     level: ClassVar[int] = logging.INFO
+    #: Emitted inside ``except``: the line carries the exception's traceback (as ``log.exception`` did).
+    traceback: ClassVar[bool] = False
 
     @property
     def message(self) -> str:
@@ -453,6 +455,131 @@ class LastGoodPlanUnsaved(Event):
                 "a later bad config would then stop the pools")
 
 
+@dataclass(frozen=True)
+class PlanNote(Event):
+    """Something the planner decided that the operator should know (isolated cores left out, CMK's fallback)."""
+
+    name: ClassVar[str] = "plan_note"
+    note: str
+
+    @property
+    def message(self) -> str:
+        return f"plan: {self.note}"
+
+
+@dataclass(frozen=True)
+class ServingStopped(Event):
+    name: ClassVar[str] = "serving_stopped"
+    pools: int
+
+    @property
+    def message(self) -> str:
+        return f"stopped serving {self.pools} pools; sockets removed"
+
+
+@dataclass(frozen=True)
+class CdiSpecWritten(Event):
+    name: ClassVar[str] = "cdi_spec_written"
+    path: str
+    devices: tuple[str, ...]
+    hook: str
+
+    @property
+    def message(self) -> str:
+        return (f"CDI spec {self.path}: {len(self.devices)} devices ({', '.join(self.devices)}), "
+                f"hook {self.hook} (kept when the daemon stops)")
+
+
+@dataclass(frozen=True)
+class InfraRecordWritten(Event):
+    name: ClassVar[str] = "infra_record_written"
+    path: str
+    cpus: str
+    changed: bool
+
+    @property
+    def message(self) -> str:
+        return f"infra record {self.path}: {self.cpus} ({'written' if self.changed else 'unchanged'})"
+
+
+@dataclass(frozen=True)
+class InfraRecordUnwritten(Event):
+    """The daemon's read-only mount of the install dir: the node-wide hook keeps the older record."""
+
+    name: ClassVar[str] = "infra_record_unwritten"
+    level: ClassVar[int] = logging.WARNING
+    path: str
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return (f"cannot write the node-wide hook's infra record {self.path}: {self.reason}: containers holding "
+                "no pool keep the CPUs of the record as it is (run cmk install with this plan)")
+
+
+@dataclass(frozen=True)
+class CpusUnread(Event):
+    """A sysfs file caught mid-change: the next event re-reads."""
+
+    name: ClassVar[str] = "cpus_unread"
+    level: ClassVar[int] = logging.WARNING
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return f"re-reading CPUs failed: {self.reason}"
+
+
+@dataclass(frozen=True)
+class HeldUnknown(Event):
+    """Pod resources unreachable: what was withheld stays so."""
+
+    name: ClassVar[str] = "held_unknown"
+    level: ClassVar[int] = logging.WARNING
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return (f"cannot learn which devices are held ({self.reason}): cores the kubelet holds under other IDs "
+                "or pools may be advertised as free")
+
+
+@dataclass(frozen=True)
+class SlotRecordUnread(Event):
+    name: ClassVar[str] = "slot_record_unread"
+    level: ClassVar[int] = logging.WARNING
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return self.reason
+
+
+@dataclass(frozen=True)
+class SlotRecordUnwritten(Event):
+    name: ClassVar[str] = "slot_record_unwritten"
+    level: ClassVar[int] = logging.WARNING
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return self.reason
+
+
+@dataclass(frozen=True)
+class EventFailed(Event):
+    """The daemon outlives any single bad event: this line carries the traceback, the loop goes on."""
+
+    name: ClassVar[str] = "event_failed"
+    level: ClassVar[int] = logging.ERROR
+    traceback: ClassVar[bool] = True
+    wakes: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return f"handling {list(self.wakes)} failed; waiting for the next event"
+
+
 #: Called in the emitting thread, so it must be quick; match on the event's type.
 Listener = Callable[[Event], None]
 
@@ -467,7 +594,7 @@ class Events:
         self._listeners.append(listener)
 
     def emit(self, event: Event) -> None:
-        log.log(event.level, event.message, extra={"event": event.name, "fields": event.fields()})
+        log.log(event.level, event.message, exc_info=event.traceback, extra={"event": event.name, "fields": event.fields()})
         for listener in self._listeners:
             try:
                 listener(event)

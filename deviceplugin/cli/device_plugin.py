@@ -69,6 +69,8 @@ def _daemon(args: argparse.Namespace, events: Events) -> tuple[Daemon, ActiveCon
     from deviceplugin.daemon import Daemon, DaemonSettings
     from deviceplugin.events import ConfigRefused
     from deviceplugin.host import lastgood
+    from deviceplugin.host.sysfs import discover
+    from deviceplugin.model.node import plan_node
 
     def make(plan: PlanOptions, problem: str | None) -> Daemon:
         settings = DaemonSettings(kubelet_dir=args.kubelet_dir, sysfs_root=args.sysfs_root,
@@ -77,7 +79,9 @@ def _daemon(args: argparse.Namespace, events: Events) -> tuple[Daemon, ActiveCon
                                   pod_resources_socket=args.pod_resources_socket, config_problem=problem,
                                   unthrottle_exclusive=args.unthrottle_exclusive,
                                   infra_record_dir=Path(args.install_dir) if args.infra_record else None)
-        return Daemon(settings, events=events)  # plans now: a bad plan fails here, before anything is served
+        topology = discover(args.sysfs_root, args.procfs_root, later_threads_on_demand=True)
+        node = plan_node(topology, plan)  # a bad plan fails here, unserved
+        return Daemon(settings, node=node, events=events)
 
     try:
         active = apply_config_file(args)

@@ -1,0 +1,59 @@
+"""The node files the daemon writes once at start, before serving, and keeps when it stops.
+
+The CDI spec (its hook confines containers holding our devices) and the
+node-wide hook's infra record. Both follow from the plan alone, so hotplug
+never rewrites them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deviceplugin.events import (
+    CdiSpecWritten,
+    Events,
+    InfraRecordUnwritten,
+    InfraRecordWritten,
+)
+from deviceplugin.host import cdi
+from deviceplugin.model.cdispec import kept_cpus
+from deviceplugin.model.devices import DeviceTree, core_device_ids
+from deviceplugin.model.plan import Pool, PoolPlan
+from pinner.cpulist import format_cpu_list
+
+
+def write_cdi_spec(cdi_dir: Path, install_dir: str, plan: PoolPlan, tree: DeviceTree, *,
+                   unthrottle_exclusive: bool, events: Events) -> None:
+    """A device per core of the node and per slot pool, and every device the spec on disk had (its CPUs only).
+
+    Served or not: a checkpointed answer may name a core or pool this plan
+    moved or dropped.
+    """
+    cores = {name: core.cpus for core, name in core_device_ids(plan.all_cores).items()}
+    exclusive = cdi.exclusive_devices(tree) if unthrottle_exclusive else frozenset()
+    devices = cdi.spec_devices(tree, cores)
+    on_disk = cdi.read_spec(cdi_dir)
+    devices |= kept_cpus(on_disk, cdi.KIND, devices)  # rebuilt with our hook
+    hook = cdi.hook_path(install_dir)
+    spec = cdi.build_spec(devices, hook, exclusive)
+    path = cdi.write_spec(spec, cdi_dir, on_disk=on_disk)  # unchanged: left as it is
+    events.emit(CdiSpecWritten(str(path), tuple(d["name"] for d in spec["devices"]), hook))
+
+
+def write_infra_record(record_dir: Path, plan: PoolPlan, events: Events) -> None:
+    """The infra CPUs for the node-wide hook, rewritten only if the plan changed them.
+
+    ``cmk install`` (the DaemonSet's init container) wrote it from the same plan, so the daemon's
+    read-only mount of the install dir normally needs no write; if it cannot, the node-wide hook
+    keeps the older record, which the warning names.
+    """
+    from deviceplugin.host import nodewide
+
+    infra = plan.cpus(Pool.INFRA)
+    path = nodewide.record_path(record_dir)
+    try:
+        written = nodewide.write_record(record_dir, infra)
+    except OSError as err:
+        events.emit(InfraRecordUnwritten(str(path), str(err.strerror)))
+        return
+    events.emit(InfraRecordWritten(str(path), format_cpu_list(infra), written))

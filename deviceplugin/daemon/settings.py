@@ -1,0 +1,50 @@
+"""The daemon's settings (passed down, never global) and the protocol checks a node plan must pass to be served."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from api.constants import DEVICE_PLUGIN_DIR, validate_device_id, validate_resource_name
+from deviceplugin.errors import CmkError
+from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.kubelet.server import list_message_problem, socket_path_problem
+from deviceplugin.model.devices import DeviceTree
+from deviceplugin.model.plan import PlanOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaemonSettings:
+    kubelet_dir: Path = Path(DEVICE_PLUGIN_DIR)
+    sysfs_root: Path = Path("/sys")
+    procfs_root: Path = Path("/proc")
+    install_dir: str = str(DEFAULT_INSTALL_DIR)
+    plan: PlanOptions = field(default_factory=PlanOptions)
+    #: Where to write the CDI spec whose hook confines containers; None: no CDI (the CLI defaults to on).
+    cdi_dir: Path | None = None
+    #: The kubelet's pod resources socket, read before serving to learn which devices are held; None: not read.
+    pod_resources_socket: Path | None = None
+    #: Seconds between re-reads of pod resources while a core is withheld (to put it back once freed) or a pool
+    #: refused under the kubelet's static CPU manager (to serve it once the policy is none).
+    held_recheck: float = 10.0
+    #: Why the config was refused, when ``plan`` is the last good one instead (health says NOT_SERVING).
+    config_problem: str | None = None
+    #: Mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota of containers holding only them.
+    unthrottle_exclusive: bool = True
+    #: Where the node-wide hook's infra record lives (the install dir); None: not written (the CLI defaults to on).
+    infra_record_dir: Path | None = None
+
+
+def socket_name(resource: str) -> str:
+    """``cmk.intel.com/exclusive-cores`` -> ``cmk-exclusive-cores.sock``: stable, so a restart replaces it."""
+    return f"cmk-{resource.rpartition('/')[2]}.sock"
+
+
+def check_tree(tree: DeviceTree, kubelet_dir: Path) -> None:
+    """Every name, ID, socket path and ListAndWatch message fits the protocol, before anything is served."""
+    for resource, devices in tree.items():
+        problems = [validate_resource_name(resource)] + [validate_device_id(i) for i in devices.devices]
+        problems += [socket_path_problem(kubelet_dir / socket_name(resource)), list_message_problem(devices)]
+        problem = next((p for p in problems if p), None)
+        if problem:
+            raise CmkError(problem)
