@@ -53,8 +53,8 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from benchmarks.starts import hook_alone, installed_pinner, interleaved, report
     from pinner import hook
-    from tests.e2e.podman import RUN, busybox_image, hook_devices
-    from tests.pinner.hookrun import write_config
+    from tests.support.hookrun import write_config
+    from tests.support.podman import RUN, busybox_image, hook_devices
 
     with tempfile.TemporaryDirectory(prefix="cmk-bound-bench-") as work:
         work_dir = Path(work)

@@ -38,8 +38,8 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from benchmarks.starts import hook_alone, installed_pinner, interleaved, report
     from deviceplugin.host import cdi
-    from tests.e2e.podman import RUN, busybox_image
-    from tests.pinner.hookrun import write_config
+    from tests.support.hookrun import write_config
+    from tests.support.podman import RUN, busybox_image
 
     with tempfile.TemporaryDirectory(prefix="cmk-cdi-bench-") as work:
         work_dir = Path(work)

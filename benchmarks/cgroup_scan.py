@@ -23,7 +23,7 @@ if not __package__:  # run as a script: make the repository importable
 
 from benchmarks.timing import samples_ms
 from deviceplugin.host.cgroups import scan
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the files of a v1 cpuset cgroup, as the kernel lists them

@@ -21,7 +21,7 @@ from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from benchmarks.timing import samples_ms
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.plan import plan_pools
-from tests.topologies import FIXTURES
+from tests.support.topologies import FIXTURES
 
 LARGEST_DUMP = "hwloc-256ppc-8n8s4t"
 SYNTHETIC = (4, 2, 64, 2)  # sockets, nodes per socket, cores per node, threads per core

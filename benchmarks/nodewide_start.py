@@ -37,8 +37,8 @@ def main() -> int:
     from benchmarks.starts import hook_alone, installed_pinner, interleaved, report
     from deviceplugin.host import nodewide
     from pinner import hook
-    from tests.e2e.podman import PODMAN, RUN, busybox_image
-    from tests.pinner.hookrun import write_config
+    from tests.support.hookrun import write_config
+    from tests.support.podman import PODMAN, RUN, busybox_image
 
     infra = frozenset({min(os.sched_getaffinity(0))})
     with tempfile.TemporaryDirectory(prefix="cmk-nodewide-bench-") as work:

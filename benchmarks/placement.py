@@ -49,7 +49,7 @@ from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.policy import preferred_allocation
 from deviceplugin.model.topology import Core
-from tests.topologies import FIXTURES
+from tests.support.topologies import FIXTURES
 
 #: sockets, NUMA nodes per socket, L3 groups per node, cores per L3 group, threads per core
 SYNTHETIC = ("1,4,2,8,2", "2,4,2,4,2", "2,2,1,12,2")

@@ -65,7 +65,7 @@ from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from benchmarks.timing import samples_ms
 from deviceplugin.host.cgroups import scan
 from deviceplugin.standin import Kubelet
-from tests.procfs_counters import Known, write_counters
+from tests.support.procfs_counters import Known, write_counters
 
 REPO = Path(__file__).resolve().parents[1]
 #: CPUs -> sockets, NUMA nodes per socket, cores per node, threads per core

@@ -37,8 +37,8 @@ from deviceplugin.model.plan import PlanOptions, plan_pools
 from deviceplugin.observe.cpumetrics import CpuCollector
 from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import Kubelet
-from tests.monitoring import PROMETHEUS_ACCEPT
-from tests.procfs_counters import Known, write_counters
+from tests.support.monitoring import PROMETHEUS_ACCEPT
+from tests.support.procfs_counters import Known, write_counters
 
 SYNTHETIC = (4, 2, 64, 2)  # sockets, nodes per socket, cores per node, threads per core
 DEVICE_IRQ_LINES = 200

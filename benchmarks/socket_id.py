@@ -31,7 +31,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from benchmarks.pinner_start import spawn_time
     from pinner.build import DEFAULT_OUTPUT, build
-    from tests.topologies import fixture_copy
+    from tests.support.topologies import fixture_copy
 
     if not DEFAULT_OUTPUT.is_file():
         build(DEFAULT_OUTPUT)

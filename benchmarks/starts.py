@@ -54,7 +54,7 @@ def installed_pinner(work_dir: Path) -> Path:
 
 def hook_alone(name: str, argv: Sequence[str], bundle: Path, runs: int) -> None:
     """Time ``argv`` confining a real process in a real cpuset cgroup, interleaved with ``/bin/true``."""
-    from tests.pinner.hookrun import cpuset_cgroup, process_in, state
+    from tests.support.hookrun import cpuset_cgroup, process_in, state
 
     rows: dict[str, list[float]] = {SPAWN_TRUE: [], name: []}
     with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:

@@ -45,7 +45,7 @@ def main() -> int:
     from pinner import hook
     from pinner.build import DEFAULT_OUTPUT, build
     from pinner.cpulist import format_cpu_list
-    from tests.e2e.podman import (
+    from tests.support.podman import (
         busybox_image,
         cgroup_dir,
         container_pid,

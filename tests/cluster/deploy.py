@@ -20,7 +20,7 @@ from typing import Any
 
 from deviceplugin.kubelet.podresources import Unavailable, read_assignments
 from tests.cluster.node import BUSYBOX_IMAGE, NODE_NAME, ComponentFailed, Node, wait_for
-from tests.e2e.podman import cgroup_dir
+from tests.support.podman import cgroup_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -2,7 +2,7 @@
 
 The pause image is the static ``pause`` binary ``.ci/build-cluster`` compiled from the Kubernetes
 module's ``build/pause/linux/pause.c``; the workload image is the e2e tier's static busybox
-(:func:`tests.e2e.podman.busybox_image`, podman and buildah share their storage); the product's is
+(:func:`tests.support.podman.busybox_image`, podman and buildah share their storage); the product's is
 what ``.ci/build-image`` builds, as README's users build it. Each leaves buildah's storage as found.
 """
 
@@ -21,7 +21,7 @@ from tests.cluster.node import (
     Node,
     running_node,
 )
-from tests.e2e.podman import busybox_image
+from tests.support.podman import busybox_image
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT_IMAGE = f"localhost/cmk-deviceplugin:cluster-{os.getpid()}"

@@ -1,5 +1,5 @@
 """deploy/admission evaluated by the real API server: the CEL tests' accepted/refused table through
-``kubectl apply --dry-run=server``, with the verdict and message the port (tests/admission.py) gives
+``kubectl apply --dry-run=server``, with the verdict and message the port (tests/support/admission.py) gives
 (one of its messages where several node groups deny: see :func:`accepted_answers`).
 
 Each table row names the objects its cluster holds; the policies are the deployed ones, so what
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.admission import Request, denials, kubectl_error
+from tests.support.admission import Request, denials, kubectl_error
 from tests.cluster.deploy import DEPLOY, NAMESPACE, Deployment, render
 from tests.cluster.node import Node, wait_for
 from tests.unit.test_admission_policy import ACCEPTED, REFUSED

@@ -1,6 +1,6 @@
 """The monitoring component's objects as the real API server takes them, once the operator's CRDs are there.
 
-The prometheus-operator's own CRDs (its Go module, as tests/monitoring.py fetches them) are created
+The prometheus-operator's own CRDs (its Go module, as tests/support/monitoring.py fetches them) are created
 on the cluster tier's API server; then every object ``kubectl kustomize deploy/components/monitoring``
 renders is applied with ``--dry-run=server --validate=strict`` (the server's own schema checks,
 unknown fields included) in a namespace of the test's own. The CRDs and that namespace are deleted
@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from tests.cluster.node import Node
-from tests.monitoring import OPERATOR_CRDS, operator_crd_dir
+from tests.support.monitoring import OPERATOR_CRDS, operator_crd_dir
 from tests.unit.test_deploy import DEPLOY
 
 

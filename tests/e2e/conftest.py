@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.podman import PodmanMissing, busybox_image, podman
-from tests.pinner.native import ensure_native_pinner
+from tests.support.native import ensure_native_pinner
+from tests.support.podman import PodmanMissing, busybox_image, podman
 
 ROOT = Path(__file__).resolve().parents[2]
 

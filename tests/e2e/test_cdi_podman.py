@@ -37,7 +37,7 @@ from deviceplugin.standin.answers import ContainerAnswer
 from pinner import hook
 from pinner.contract import ENV_NAMES, LIST_HINT
 from pinner.cpulist import format_cpu_list, parse_cpu_list
-from tests.e2e.podman import env_flags, hook_devices, podman, run
+from tests.support.podman import env_flags, hook_devices, podman, run
 
 pytestmark = pytest.mark.e2e
 

@@ -23,8 +23,8 @@ import pytest
 
 from pinner.cpulist import parse_cpu_list
 from tests.pinner.conftest import topology
-from tests.pinner.hookrun import cpus_allowed as allowed_list
-from tests.pinner.native import ensure_native_pinner
+from tests.support.hookrun import cpus_allowed as allowed_list
+from tests.support.native import ensure_native_pinner
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,9 @@ import pytest
 from deviceplugin.model.confinement import Reason
 from pinner import hook
 from tests.e2e.conftest import ROOT
-from tests.e2e.podman import (
+from tests.e2e.test_nodewide_podman import NodeWide, node  # noqa: F401  (node is a fixture)
+from tests.support import escape
+from tests.support.podman import (
     CGROUP_V1,
     cgroup_dir,
     container_pid,
@@ -33,8 +35,6 @@ from tests.e2e.podman import (
     run_with_hooks,
     scratch_cgroup_parent,
 )
-from tests.e2e.test_nodewide_podman import NodeWide, node  # noqa: F401  (node is a fixture)
-from tests.support import escape
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pinner.native import PT_INTERP, program_header_types
+from tests.support.native import PT_INTERP, program_header_types
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = f"localhost/cmk-deviceplugin:test-{os.getpid()}"

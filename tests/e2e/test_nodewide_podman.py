@@ -22,7 +22,8 @@ import pytest
 from deviceplugin.host import nodewide
 from pinner import hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
-from tests.e2e.podman import (
+from tests.e2e.test_cdi_podman import host_view, plan_cpus
+from tests.support.podman import (
     container_pid,
     descendants,
     hook_devices,
@@ -30,8 +31,7 @@ from tests.e2e.podman import (
     run_with_hooks,
     weighty_cgroup_parent,
 )
-from tests.e2e.test_cdi_podman import host_view, plan_cpus
-from tests.threads import samples_on_each
+from tests.support.threads import samples_on_each
 
 pytestmark = pytest.mark.e2e
 

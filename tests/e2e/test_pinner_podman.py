@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.podman import RUN, env_flags, podman
+from tests.support.podman import RUN, env_flags, podman
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from deviceplugin.host.procstats import read_sample
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.cpustats import DEVICE, LOCAL
-from tests.e2e.podman import run
+from tests.support.podman import run
 
 FILES = ("stat", "interrupts", "softirqs")
 

@@ -19,7 +19,7 @@ import pytest
 
 from pinner import hook
 from pinner.cpulist import format_cpu_list
-from tests.e2e.podman import (
+from tests.support.podman import (
     cgroup_dir,
     container_pid,
     cpu_stat,

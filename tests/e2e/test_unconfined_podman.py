@@ -21,10 +21,10 @@ from deviceplugin.model.confinement import Reason
 from deviceplugin.standin import Kubelet
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.e2e.conftest import ROOT
-from tests.e2e.podman import podman
 from tests.e2e.test_nodewide_podman import NodeWide, node, start  # noqa: F401  (node is a fixture)
 from tests.protocol.test_daemon import daemon_process
 from tests.protocol.test_observe import Logs, scrape
+from tests.support.podman import podman
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.hostile.conftest import CPU_LIMIT, Outcome
 from tests.hostile.inputs import FILE_KINDS, NOBODY, plant
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 
 def test_describe_over_a_cgroup_tree_of_every_hostile_kind(cmk: Callable[..., Outcome], shared_tmp: Path) -> None:

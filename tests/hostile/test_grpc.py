@@ -22,7 +22,7 @@ from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.daemon import Daemon, DaemonSettings, socket_name
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 DEADLINE = 5.0  # a hang, not a timing: 10,000 containers under a loaded 2-CPU machine take about 1 s
 CLEAR = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.topologies import FIXTURES
+from tests.support.topologies import FIXTURES
 
 
 def test_a_socket_path_past_sun_path_is_one_line_without_the_grpc_core_log(tmp_path: Path) -> None:

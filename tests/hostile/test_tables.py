@@ -22,7 +22,7 @@ from tests.hostile.inputs import (
     NOBODY,
     plant,
 )
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 Cmk = Callable[..., Outcome]
 XEON_D = "cmk-xeon_d"

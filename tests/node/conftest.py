@@ -17,7 +17,7 @@ import pytest
 
 from tests.node.shapes import SHAPES, Shape
 from tests.node.vm import Boot, BootError, boot
-from tests.pinner.native import ensure_native_pinner
+from tests.support.native import ensure_native_pinner
 
 _BOOTED: list[Boot] = []
 

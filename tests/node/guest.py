@@ -37,7 +37,7 @@ from pinner import hook as cmk_hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.node import oci, shapes
 from tests.support import escape
-from tests.threads import samples_on_each
+from tests.support.threads import samples_on_each
 
 if TYPE_CHECKING:
     from deviceplugin.standin import Kubelet

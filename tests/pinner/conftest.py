@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pinner.native import ensure_native_pinner
-from tests.topologies import FIXTURES
+from tests.support.native import ensure_native_pinner
+from tests.support.topologies import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 CPUSET_V1 = Path("/sys/fs/cgroup/cpuset")
@@ -70,7 +70,7 @@ def pinner(native_cmk: Path) -> Pinner:
 
 
 def topology(name: str) -> Path:
-    """A real machine's dump, from ``CMK_FIXTURES`` like every other test's (:mod:`tests.topologies`)."""
+    """A real machine's dump, from ``CMK_FIXTURES`` like every other test's (:mod:`tests.support.topologies`)."""
     path = FIXTURES / name
     if not path.is_dir():
         raise FileNotFoundError(f"topology fixture {name} not found in {FIXTURES} (set CMK_FIXTURES)")

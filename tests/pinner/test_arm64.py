@@ -21,7 +21,7 @@ import pytest
 
 from pinner.build import CROSS_PACKAGES, BuildError, build_cross
 from tests.pinner.conftest import ENV_OTHER_PINNER, ROOT
-from tests.pinner.native import PT_INTERP, program_header_types
+from tests.support.native import PT_INTERP, program_header_types
 
 QEMU = "qemu-aarch64-static"
 EM_AARCH64 = 183

@@ -10,7 +10,7 @@ import pytest
 
 from pinner import build
 from pinner.contract import ISOLATE_HELP
-from tests.pinner.native import PT_INTERP, program_header_types
+from tests.support.native import PT_INTERP, program_header_types
 
 
 def test_generated_header_matches_isolate_py() -> None:

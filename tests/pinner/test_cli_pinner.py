@@ -11,8 +11,8 @@ import pytest
 from deviceplugin.cli import static_pinner
 from pinner.build import DEFAULT_OUTPUT
 from pinner.contract import HOOK_HELP, ISOLATE_HELP
-from tests.commands import cmk
 from tests.pinner.conftest import BASE_ENV, CPU_A, ROOT
+from tests.support.commands import cmk
 
 
 def test_python_cmk_runs_the_static_hook(native_cmk: Path) -> None:

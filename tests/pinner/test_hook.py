@@ -16,7 +16,7 @@ import pytest
 
 from pinner import hook
 from pinner.contract import HOOK_HELP, HookExit
-from tests.pinner.hookrun import (
+from tests.support.hookrun import (
     THREADED,
     cpu_cgroup,
     cpus_allowed,

@@ -22,8 +22,14 @@ import pytest
 
 from pinner import hook
 from pinner.cpulist import format_cpu_list
-from tests.pinner.hookrun import cpuset_cgroup, read_cpus, run_hook, state, write_config
 from tests.support import escape
+from tests.support.hookrun import (
+    cpuset_cgroup,
+    read_cpus,
+    run_hook,
+    state,
+    write_config,
+)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ import pytest
 
 from pinner import hook
 from pinner.contract import LIST_HINT, HookExit
-from tests.pinner.hookrun import (
+from tests.support.hookrun import (
     cmk_hook_entry,
     cpus_allowed,
     cpuset_cgroup,

@@ -15,7 +15,7 @@ import pytest
 from pinner import hook
 from pinner.contract import HookExit
 from pinner.cpulist import format_cpu_list
-from tests.pinner.hookrun import (
+from tests.support.hookrun import (
     cpu_cgroup,
     cpus_allowed,
     cpuset_cgroup,

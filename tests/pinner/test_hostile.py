@@ -28,8 +28,8 @@ import pytest
 from pinner import hook as cmk_hook
 from pinner.build import BuildError, build_sanitized
 from tests.pinner.conftest import BASE_ENV
-from tests.pinner.hookrun import cmk_hook_entry, process_in
-from tests.pinner.native import ensure_native_pinner
+from tests.support.hookrun import cmk_hook_entry, process_in
+from tests.support.native import ensure_native_pinner
 
 #: "Within a second" is CPU time: on a loaded machine a fast refusal can still take seconds of wall time.
 LIMIT_CPU_SECONDS = 1.0

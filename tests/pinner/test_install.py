@@ -12,7 +12,7 @@ import pytest
 from deviceplugin.errors import CmkError
 from deviceplugin.host.install import install_pinner
 from pinner.contract import ISOLATE_HELP as HELP
-from tests.commands import cmk
+from tests.support.commands import cmk
 
 
 def test_install_creates_the_directory_and_an_executable_copy(native_cmk: Path, tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_install_without_a_built_pinner_says_how_to_build_it(tmp_path: Path) -> 
 
 def test_install_writes_the_node_wide_hook_and_the_infra_record_of_the_plan(native_cmk: Path, tmp_path: Path) -> None:
     """xeon_d isolates 0-3,8-11 for exclusive and shared: infra is the rest, 4-7,12-15 (as cmk describe shows)."""
-    from tests.topologies import fixture_copy
+    from tests.support.topologies import fixture_copy
 
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     config = tmp_path / "config.yaml"

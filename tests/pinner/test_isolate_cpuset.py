@@ -21,13 +21,13 @@ from pinner.cpulist import format_cpu_list, format_cpu_mask
 from tests.pinner.conftest import CPU_A as A
 from tests.pinner.conftest import CPU_B as B
 from tests.pinner.conftest import CPUSET_V1, Pinner, on_cpus
-from tests.pinner.hookrun import cpuset_cgroup as hook_cgroup
 from tests.pinner.test_isolate_process import (
     WAIT_FOR_SIGNAL,
     environ,
     status_field,
     stop,
 )
+from tests.support.hookrun import cpuset_cgroup as hook_cgroup
 
 BOTH = format_cpu_list({A, B})
 

@@ -21,7 +21,7 @@ from pinner.contract import IsolateExit
 from pinner.cpulist import format_cpu_list, format_cpu_mask
 from pinner.packages import UNKNOWN_PACKAGE_TEXT, number_packages
 from tests.pinner.conftest import CPU_A, CPU_B, Pinner
-from tests.topologies import FIXTURES, fixture_copy
+from tests.support.topologies import FIXTURES, fixture_copy
 
 A, B = CPU_A, CPU_B
 UNKNOWN_IDS = ["hwloc-256ppc-8n8s4t", "hwloc-20s390-2g6s4c"]

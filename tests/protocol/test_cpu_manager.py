@@ -17,8 +17,8 @@ from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.events import CpuManagerStatic, CpuManagerUnknown, Event, Events
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool
 from deviceplugin.standin import Kubelet
-from tests.commands import cmk
-from tests.topologies import fixture_copy
+from tests.support.commands import cmk
+from tests.support.topologies import fixture_copy
 
 EXCLUSIVE, SHARED, INFRA = (RESOURCE_NAMES[p] for p in (Pool.EXCLUSIVE, Pool.SHARED, Pool.INFRA))
 #: What the kubelet's static policy lists on the xeon_d dump with reservedSystemCPUs 0,8.

@@ -13,7 +13,6 @@ from deviceplugin.model.cpustats import places
 from deviceplugin.observe.cpumetrics import CpuCollector
 from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import Kubelet
-from tests.procfs_counters import Known, write_counters
 from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
     EXCLUSIVE,
     INFRA,
@@ -26,7 +25,8 @@ from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixtu
 )
 from tests.protocol.test_metrics_lint import exposition, lint
 from tests.protocol.test_observe import Logs, scrape
-from tests.topologies import fixture_copy
+from tests.support.procfs_counters import Known, write_counters
+from tests.support.topologies import fixture_copy
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

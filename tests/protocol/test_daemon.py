@@ -29,7 +29,7 @@ from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pool
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.support.daemon import daemon_process
-from tests.topologies import FIXTURES, fixture_copy, set_online
+from tests.support.topologies import FIXTURES, fixture_copy, set_online
 
 EXCLUSIVE, NON_ISOL = RESOURCE_NAMES[Pool.EXCLUSIVE], RESOURCE_NAMES[Pool.EXCLUSIVE_NON_ISOLCPUS]
 SHARED, INFRA = RESOURCE_NAMES[Pool.SHARED], RESOURCE_NAMES[Pool.INFRA]

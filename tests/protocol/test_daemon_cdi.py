@@ -27,7 +27,7 @@ from tests.protocol.test_daemon import (
     our_sockets,
     wait_registered,
 )
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 SPEC_NAME = "cmk.intel.com-cpus.json"
 

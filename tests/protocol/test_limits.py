@@ -16,7 +16,7 @@ from deviceplugin.kubelet.server import (
 from deviceplugin.model.devices import Device, PoolDevices, slot_device_ids
 from deviceplugin.model.limits import MAX_SLOTS
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 KUBELET_LIMIT = 4 * 1024 * 1024  # the kubelet's default gRPC max receive message size
 

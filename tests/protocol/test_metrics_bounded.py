@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from deviceplugin.observe.httpserver import WORKERS, BoundedHttpServer, request_headers
 from tests.protocol.test_daemon import daemon_process, wait_registered
 from tests.protocol.test_observe import Logs, scrape
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 IDLE = 1000
 

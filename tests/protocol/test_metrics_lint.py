@@ -28,7 +28,7 @@ from tests.protocol.test_daemon import (
 )
 from tests.protocol.test_observe import eventually, metered_daemon, pool_values
 from tests.support.daemon import REPO
-from tests.topologies import set_online
+from tests.support.topologies import set_online
 
 RULES = REPO / "deploy" / "prometheus" / "health-rules.yaml"
 LABELS = {"job": "cmk-deviceplugin", "instance": "node-a"}  # what the scrape job (scrape-config.yaml) adds

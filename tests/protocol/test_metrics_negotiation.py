@@ -19,7 +19,6 @@ from prometheus_client.samples import Sample
 
 from deviceplugin.observe.metrics import FIXED_FORMATS
 from deviceplugin.standin import Kubelet
-from tests.monitoring import PROMETHEUS_ACCEPT
 from tests.protocol.test_daemon import (
     EXCLUSIVE,
     INFRA,
@@ -29,6 +28,7 @@ from tests.protocol.test_daemon import (
 )
 from tests.protocol.test_metrics_lint import lint
 from tests.protocol.test_observe import metered_daemon
+from tests.support.monitoring import PROMETHEUS_ACCEPT
 
 
 def get(address: str, **headers: str) -> tuple[dict[str, str], bytes]:

@@ -14,15 +14,6 @@ import urllib.request
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from deviceplugin.standin import Kubelet
-from tests.monitoring import (
-    PROMETHEUS_ACCEPT,
-    SCRAPE_SERIES,
-    queries,
-    recorded,
-    rule_expressions,
-    series_names,
-)
-from tests.procfs_counters import Known, write_counters
 from tests.protocol.test_daemon import (
     EXCLUSIVE,
     INFRA,
@@ -32,6 +23,15 @@ from tests.protocol.test_daemon import (
 )
 from tests.protocol.test_observe import metered_daemon
 from tests.protocol.test_unconfined_metrics import container, cpuset_root
+from tests.support.monitoring import (
+    PROMETHEUS_ACCEPT,
+    SCRAPE_SERIES,
+    queries,
+    recorded,
+    rule_expressions,
+    series_names,
+)
+from tests.support.procfs_counters import Known, write_counters
 
 
 def prometheus_scrape(address: str) -> set[str]:

@@ -43,7 +43,7 @@ from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixtu
 )
 from tests.support.daemon import REPO
 from tests.support.metrics import Samples, scrape, value
-from tests.topologies import fixture_copy, set_online
+from tests.support.topologies import fixture_copy, set_online
 
 SPREAD_DUMP = "hwloc-fakecpuid1f-64intel64-2p4d2n2c2t"  # SMT2, many NUMA nodes: spread puts each core on its own
 SPREAD_PLAN = {"exclusive_mode": Mode.SPREAD, "num_exclusive_cores": 4, "shared_slots": 3, "infra_slots": 3}

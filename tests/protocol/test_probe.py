@@ -23,7 +23,7 @@ from api.health.v1 import health_pb2, health_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
 from deviceplugin.daemon import socket_name
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
-from tests.commands import cmk
+from tests.support.commands import cmk
 
 SERVED = ("exclusive", "shared", "infra")
 
@@ -97,7 +97,7 @@ def test_a_real_daemon_is_ready_only_once_the_kubelet_streams_from_every_pool(pl
     """Before: sockets that answered made the probe pass while no kubelet had registered anything."""
     from deviceplugin.daemon import Daemon, DaemonSettings
     from deviceplugin.standin import Kubelet
-    from tests.topologies import fixture_copy
+    from tests.support.topologies import fixture_copy
 
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs))
@@ -154,7 +154,7 @@ def test_the_probe_does_not_replan_so_an_offline_core_cannot_fail_it(plugin_dir,
     from deviceplugin.host.sysfs import discover
     from deviceplugin.model.plan import PlanError, PlanOptions, plan_pools
     from deviceplugin.standin import Kubelet
-    from tests.topologies import fixture_copy, set_online
+    from tests.support.topologies import fixture_copy, set_online
 
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     options = PlanOptions(num_exclusive_cores=3, num_shared_cores=1)

@@ -24,8 +24,6 @@ from typing import Any
 import yaml
 
 from deviceplugin.standin import Kubelet
-from tests.monitoring import RULE_FILES, queries
-from tests.procfs_counters import Known, write_counters
 from tests.protocol.test_daemon import (
     EXCLUSIVE,
     INFRA,
@@ -35,6 +33,8 @@ from tests.protocol.test_daemon import (
 )
 from tests.protocol.test_observe import metered_daemon
 from tests.protocol.test_unconfined_metrics import container, cpuset_root
+from tests.support.monitoring import RULE_FILES, queries
+from tests.support.procfs_counters import Known, write_counters
 
 JOB = "cmk-deviceplugin"
 

@@ -25,7 +25,7 @@ from tests.protocol.test_daemon import (
     stub,
     wait_registered,
 )
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 #: A whole error (the kubelet puts it in a pod event) and a whole log line: far below what 100,000 IDs make.
 MAX_DETAILS = 1024

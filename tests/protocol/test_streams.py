@@ -23,7 +23,7 @@ from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixtu
     start_daemon,
     wait_registered,
 )
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 EXTRA = 12  # more than the server has workers
 DEADLINE = 5.0

@@ -24,7 +24,7 @@ from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixtu
     wait_registered,
 )
 from tests.protocol.test_metrics_lint import lint
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 UP = ("cmk_cgroup_scan_up", frozenset())
 COUNT, WIDENED = (("cmk_unconfined_containers", frozenset({("reason", reason)}))

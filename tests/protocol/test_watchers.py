@@ -15,7 +15,7 @@ from deviceplugin.host.watchers import (
     PluginDirWatcher,
     cpu_watcher,
 )
-from tests.topologies import fixture_copy, set_online
+from tests.support.topologies import fixture_copy, set_online
 
 
 def test_flipping_cpu_online_in_a_dump_copy_is_seen(tmp_path):

@@ -1,7 +1,7 @@
 """deploy/admission: the CEL policies refuse wrong pods with a message naming the fix, and pass the rest.
 
 Every expression is the policy file's own, as ``kubectl kustomize`` renders it, run by a real CEL
-engine (cel-expr-python) through tests/admission.py, which does what the API server does around it.
+engine (cel-expr-python) through tests/support/admission.py, which does what the API server does around it.
 The cluster is what the README deploys: deploy/admission, deploy/base and the node-group-large
 overlay; tables that need a node group without SMT add one more group ConfigMap the way an overlay
 would (a copy of the base's with other data).
@@ -24,7 +24,7 @@ import yaml
 from deviceplugin.host.cdi import CONFINED_ENV
 from deviceplugin.model.answers import ENV_NAMES
 from pinner.contract import ENV_ASSIGNED, ENV_ASSIGNED_MASK
-from tests.admission import (
+from tests.support.admission import (
     QUANTITY_FIELD,
     EvaluationError,
     NotPorted,

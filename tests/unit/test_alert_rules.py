@@ -18,7 +18,7 @@ from prometheus_client.registry import Collector
 from deviceplugin.model.cpustats import Place
 from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
 from deviceplugin.observe.cpumetrics import CpuCollector
-from tests.procfs_counters import Known, write_counters
+from tests.support.procfs_counters import Known, write_counters
 from tests.unit.test_prometheus_rules import PROMETHEUS as RULES
 from tests.unit.test_prometheus_rules import promtool
 

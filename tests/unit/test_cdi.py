@@ -28,7 +28,7 @@ from deviceplugin.model.plan import (
 from deviceplugin.model.topology import build_topology
 from pinner import hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 HOOK = "/opt/bin/cmk"
 SHARED = {"shared": frozenset({1})}

@@ -38,7 +38,7 @@ from deviceplugin.standin.topologymanager import (
     split_by_affinity,
 )
 from pinner.cpulist import parse_cpu_list
-from tests.topologies import FIXTURES, offline_view
+from tests.support.topologies import FIXTURES, offline_view
 
 EVENTS = 10_000
 KINDS = ("admit", "delete", "daemon_restart", "kubelet_restart", "reboot", "cpu_offline", "cpu_online", "recheck")

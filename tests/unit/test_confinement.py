@@ -27,7 +27,7 @@ from deviceplugin.model.plan import (
     SlotScope,
     plan_pools,
 )
-from tests.topologies import fixture_copy
+from tests.support.topologies import fixture_copy
 
 ID = "0123456789abcdef" * 4
 #: (dump, isolcpus, plan options): an isolcpus node, a multi-NUMA node with per-node slots and non-isolcpus cores

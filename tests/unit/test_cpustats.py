@@ -33,8 +33,8 @@ from deviceplugin.model.cpustats import (
 from deviceplugin.model.devices import device_tree
 from deviceplugin.model.plan import PlanOptions, plan_pools
 from deviceplugin.view.usage import render_usage, usage_data
-from tests.procfs_counters import Known, write_counters
-from tests.topologies import fixture_copy
+from tests.support.procfs_counters import Known, write_counters
+from tests.support.topologies import fixture_copy
 
 # A kernel 6.x /proc/interrupts with CPU 1 offline (its column is absent), arch rows and the node-wide ERR/MIS.
 INTERRUPTS = """\

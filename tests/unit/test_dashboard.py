@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.monitoring import (
+from tests.support.monitoring import (
     SCRAPE_SERIES,
     dashboard,
     panels,

@@ -22,7 +22,7 @@ import yaml
 from deviceplugin.cli.commands import build_parser
 from deviceplugin.cli.configfile import apply_config, parse_config
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
-from tests.monitoring import validate_operator_object
+from tests.support.monitoring import validate_operator_object
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

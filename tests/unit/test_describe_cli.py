@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from pinner.cpulist import parse_cpu_list
-from tests.commands import cmk
-from tests.topologies import FIXTURES, fixture_copy
+from tests.support.commands import cmk
+from tests.support.topologies import FIXTURES, fixture_copy
 
 XEON_D = ["--sysfs-root", str(FIXTURES / "cmk-xeon_d/sys"), "--procfs-root", str(FIXTURES / "cmk-xeon_d/proc")]
 

@@ -23,8 +23,8 @@ from deviceplugin.model.hostsettings import (
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import build_topology
 from pinner.cpulist import parse_cpu_list
-from tests.commands import ROOT, cmk
-from tests.topologies import fixture_copy
+from tests.support.commands import ROOT, cmk
+from tests.support.topologies import fixture_copy
 
 # 8 cores x 2 threads, core i = {i, i+8}
 SMT8 = [(i, i + 8) for i in range(8)]

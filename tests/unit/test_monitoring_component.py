@@ -21,7 +21,12 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.monitoring import DASHBOARD, ROOT, RULE_FILES, validate_operator_object
+from tests.support.monitoring import (
+    DASHBOARD,
+    ROOT,
+    RULE_FILES,
+    validate_operator_object,
+)
 from tests.unit.test_deploy import render
 from tests.unit.test_prometheus_rules import JOB, PROMETHEUS
 

@@ -32,7 +32,7 @@ from deviceplugin.model.devices import device_tree
 from deviceplugin.model.plan import PlanOptions, Pool, plan_pools
 from deviceplugin.observe.logs import JsonFormatter, KeyValueFormatter, configure
 from deviceplugin.view.live import live_data, render_live
-from tests.topologies import FIXTURES
+from tests.support.topologies import FIXTURES
 
 XEON_D = discover(FIXTURES / "cmk-xeon_d/sys", FIXTURES / "cmk-xeon_d/proc")  # isolcpus=0-3,8-11
 PLAN = plan_pools(XEON_D, PlanOptions(num_exclusive_cores=3, shared_slots=2, infra_slots=2))

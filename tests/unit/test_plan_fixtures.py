@@ -7,7 +7,7 @@ from pathlib import Path
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.plan import Mode, PlanOptions, Pool, plan_pools
 from pinner.cpulist import format_cpu_list
-from tests.topologies import FIXTURES, fixture_copy
+from tests.support.topologies import FIXTURES, fixture_copy
 
 
 def cores(plan, pool: Pool) -> list[str]:

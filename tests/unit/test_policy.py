@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.policy import STRATEGIES, numa_nodes_of, preferred_allocation
 from deviceplugin.model.topology import Core, Topology, build_topology
-from tests.topologies import FIXTURES
+from tests.support.topologies import FIXTURES
 
 
 def devices(topology: Topology) -> dict[str, Core]:

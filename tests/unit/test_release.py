@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from deviceplugin import __version__
-from tests.commands import cmk
+from tests.support.commands import cmk
 
 ROOT = Path(__file__).resolve().parents[2]
 

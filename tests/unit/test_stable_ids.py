@@ -11,7 +11,7 @@ import pytest
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.devices import core_device_ids, device_tree, legacy_core_cpus
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool, plan_pools
-from tests.topologies import (
+from tests.support.topologies import (
     FIXTURES,
     fixture_copy,
     offline_view,

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.pinner.native import PT_INTERP, program_header_types
+from tests.support.native import PT_INTERP, program_header_types
 
 BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static
 # crun refuses this VM's hybrid cgroup layout; the ulimits keep runc within the VM's limits

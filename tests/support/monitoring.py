@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 RULE_FILES = sorted(PROMETHEUS.glob("*-rules.yaml"))
 MONITORING = ROOT / "deploy" / "components" / "monitoring"

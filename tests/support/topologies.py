@@ -17,7 +17,7 @@ from pinner.cpulist import format_cpu_list, parse_cpu_list
 
 FIXTURES = Path(
     os.environ.get("CMK_FIXTURES")
-    or Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "topologies"
+    or Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "topologies"
 )
 
 
