@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.admission import Request, denials, kubectl_error
 from tests.cluster.deploy import DEPLOY, NAMESPACE, Deployment, render
 from tests.cluster.node import Node, wait_for
-from tests.unit.test_admission_policy import ACCEPTED, REFUSED
+from tests.support.admission import ACCEPTED, REFUSED, Request, denials, kubectl_error
 
 PARAMS_LABEL = "cmk.intel.com/admission-params=node-group"
 CASES: list[tuple[str, dict[str, Any], Callable[[], list[dict[str, Any]]], list[str]]] = [

@@ -38,7 +38,7 @@ from tests.cluster.deploy import (
 )
 from tests.cluster.node import Node, wait_for
 from tests.support.daemon import daemon_process
-from tests.support.metrics import Samples, samples, scrape
+from tests.support.metrics import Samples, parse, scrape
 
 #: the daemon's counters of kubelet calls: (metric, label) -> compared per label value
 CALLS = (("cmk_allocate_duration_seconds_count", "pool"), ("cmk_preferred_allocation_duration_seconds_count", "pool"),
@@ -125,7 +125,7 @@ def scrape_in_pod(node: Node) -> Samples:
     """The daemon's ``/metrics`` read inside its pod: this node's pod network has no route from the host."""
     read = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9464/metrics', timeout=10).read().decode())"
     result = node.kubectl("-n", NAMESPACE, "exec", f"daemonset/{DAEMONSET}", "-c", "daemon", "--", "python3", "-c", read)
-    return samples(result.stdout)
+    return parse(result.stdout)
 
 
 @pytest.fixture(scope="module")

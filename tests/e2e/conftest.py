@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.native import ensure_native_pinner
+from tests.support.nodewide import node  # noqa: F401  (a fixture the node-wide tests share)
 from tests.support.podman import PodmanMissing, busybox_image, podman
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -37,6 +37,7 @@ from deviceplugin.standin.answers import ContainerAnswer
 from pinner import hook
 from pinner.contract import ENV_NAMES, LIST_HINT
 from pinner.cpulist import format_cpu_list, parse_cpu_list
+from tests.support.nodewide import host_view, plan_cpus
 from tests.support.podman import env_flags, hook_devices, podman, run
 
 pytestmark = pytest.mark.e2e
@@ -57,18 +58,6 @@ class Node:
     core: str  # the exclusive-non-isolcpus core's CPUs, kernel list form
     infra: str  # the infra pool's CPUs
     every: str  # every CPU this machine lets us use
-
-
-def plan_cpus() -> tuple[frozenset[int], frozenset[int]]:
-    """(the highest CPU's core, every other CPU): a plan that works on any machine with two cores or more."""
-    online = frozenset(os.sched_getaffinity(0))
-    last = max(online)
-    siblings = Path(f"/sys/devices/system/cpu/cpu{last}/topology/thread_siblings_list").read_text()
-    core = parse_cpu_list(siblings) & online
-    if not online - core:
-        pytest.fail(f"these tests need two cores (one exclusive, one infra); this machine has CPUs "
-                    f"{format_cpu_list(online)} in one core")
-    return core, online - core
 
 
 @pytest.fixture(scope="module")
@@ -131,17 +120,6 @@ def answer_flags(answer: ContainerAnswer, pod_env: Mapping[str, str] = {}) -> li
     devices = [flag for name in answer.cdi_devices for flag in ("--device", name)]
     mounts = [flag for m in answer.mounts for flag in ("-v", f"{m.host_path}:{m.container_path}:{'ro' if m.read_only else 'rw'}")]
     return [*devices, *env_flags(answer.envs), *env_flags(pod_env), *mounts]
-
-
-def host_view(name: str) -> tuple[int, str, str]:
-    """(PID, Cpus_allowed_list, its cpuset cgroup's cpuset.cpus) of the container's process, read on the host."""
-    pid = int(podman("inspect", "--format", "{{.State.Pid}}", name).stdout)
-    with open(f"/proc/{pid}/status") as f:
-        allowed = next(line.split(":", 1)[1].strip() for line in f if line.startswith("Cpus_allowed_list:"))
-    with open(f"/proc/{pid}/cgroup") as f:
-        path = next(line.rstrip("\n").split(":", 2)[2] for line in f if "cpuset" in line.split(":")[1].split(","))
-    cpus = (Path("/sys/fs/cgroup/cpuset") / path.lstrip("/") / "cpuset.cpus").read_text().strip()
-    return pid, allowed, cpus
 
 
 def oci_config(name: str) -> dict[str, object]:

@@ -25,8 +25,8 @@ import pytest
 from deviceplugin.model.confinement import Reason
 from pinner import hook
 from tests.e2e.conftest import ROOT
-from tests.e2e.test_nodewide_podman import NodeWide, node  # noqa: F401  (node is a fixture)
 from tests.support import escape
+from tests.support.nodewide import NodeWide
 from tests.support.podman import (
     CGROUP_V1,
     cgroup_dir,
@@ -51,7 +51,7 @@ def attacker(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return escape.build(tmp_path_factory.mktemp("escape") / "escape")
 
 
-def attack(node: NodeWide, attacker: Path, image: str, name: str, mode: str, security: str, *,  # noqa: F811
+def attack(node: NodeWide, attacker: Path, image: str, name: str, mode: str, security: str, *,
            pinned: bool) -> tuple[escape.Attempt, str]:
     """(what the attacker reached, its container cgroup's cpuset.cpus read on the host after it tried)."""
     device = ("--device", f"{node.kind}=core") if pinned else ()
@@ -74,7 +74,7 @@ def attack(node: NodeWide, attacker: Path, image: str, name: str, mode: str, sec
 @pytest.mark.parametrize("security", SECURITY)
 @pytest.mark.parametrize("mode", escape.MODES)
 @pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "ordinary"])
-def test_a_root_container_stays_on_its_cpus(node: NodeWide, attacker: Path, image: str, container_name: str,  # noqa: F811
+def test_a_root_container_stays_on_its_cpus(node: NodeWide, attacker: Path, image: str, container_name: str,
                                            mode: str, security: str, pinned: bool) -> None:
     attempt, cgroup_cpus = attack(node, attacker, image, container_name, mode, security, pinned=pinned)
     expected = node.core if pinned else node.infra
@@ -83,7 +83,7 @@ def test_a_root_container_stays_on_its_cpus(node: NodeWide, attacker: Path, imag
 
 
 @pytest.fixture
-def pod_parent(node: NodeWide) -> Iterator[str]:  # noqa: F811
+def pod_parent(node: NodeWide) -> Iterator[str]:
     """A ``--cgroup-parent`` playing a pod whose other child (conmon's cgroup here, the sandbox in Kubernetes) holds
     only the exclusive core, so the pod's containers are given no other CPU."""
     with scratch_cgroup_parent() as parent:
@@ -96,7 +96,7 @@ def pod_parent(node: NodeWide) -> Iterator[str]:  # noqa: F811
 
 
 @pytest.mark.parametrize("mode", escape.MODES)
-def test_a_process_exec_d_later_is_bound_by_its_pod(node: NodeWide, attacker: Path, image: str,  # noqa: F811
+def test_a_process_exec_d_later_is_bound_by_its_pod(node: NodeWide, attacker: Path, image: str,
                                                     container_name: str, pod_parent: str, mode: str) -> None:
     """``podman exec`` (as ``kubectl exec``) joins the container's own cgroup, not the one below: the pod bounds it."""
     result = run_with_hooks(node.hooks_dir, "-d", "--name", container_name, "--cgroup-parent", pod_parent,
@@ -108,7 +108,7 @@ def test_a_process_exec_d_later_is_bound_by_its_pod(node: NodeWide, attacker: Pa
     assert not attempt.widened_cgroup, attempt
 
 
-def test_the_runtime_lifecycle_works_below_the_bound(node: NodeWide, image: str,  # noqa: F811
+def test_the_runtime_lifecycle_works_below_the_bound(node: NodeWide, image: str,
                                                      container_name: str) -> None:
     """stats, top, exec, pause, update, kill and rm all work on a container whose processes the hook moved below."""
     result = run_with_hooks(node.hooks_dir, "-d", "--name", container_name, "--device", f"{node.kind}=core", image,
@@ -129,7 +129,7 @@ def test_the_runtime_lifecycle_works_below_the_bound(node: NodeWide, image: str,
 
 
 def test_a_container_widened_by_a_process_exec_d_later_is_reported_as_widened(
-        node: NodeWide, attacker: Path, image: str, container_name: str) -> None:  # noqa: F811
+        node: NodeWide, attacker: Path, image: str, container_name: str) -> None:
     """Under podman's own parent (conmon's cgroup there holds every CPU) the pod bound cannot narrow anything, so a
     process exec'd later does widen its container: ``cmk describe`` says so, and not "started before the hook"."""
     result = run_with_hooks(node.hooks_dir, "-d", "--name", container_name, "-v", f"{attacker}:{ATTACKER}:ro",

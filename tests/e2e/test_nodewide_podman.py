@@ -12,21 +12,16 @@ on the exclusive core, against a baseline without the hook that does.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import pytest
 
-from deviceplugin.host import nodewide
-from pinner import hook
-from pinner.cpulist import format_cpu_list, parse_cpu_list
-from tests.e2e.test_cdi_podman import host_view, plan_cpus
+from pinner.cpulist import parse_cpu_list
+from tests.support.nodewide import NodeWide, host_view, start
 from tests.support.podman import (
     container_pid,
     descendants,
-    hook_devices,
     podman,
     run_with_hooks,
     weighty_cgroup_parent,
@@ -35,35 +30,7 @@ from tests.support.threads import samples_on_each
 
 pytestmark = pytest.mark.e2e
 
-SLEEPER = ("sh", "-c", "echo ready; exec sleep inf")
 NOISY = ("sh", "-c", "(while :; do :; done) & (while :; do :; done) & echo ready; while :; do :; done")
-
-
-@dataclass(frozen=True)
-class NodeWide:
-    hooks_dir: Path
-    core: str  # the exclusive core's CPUs
-    infra: str  # the record's CPUs
-    kind: str  # a CDI kind whose device "core" carries the core's hook, as the daemon writes it
-
-
-@pytest.fixture(scope="module")
-def node(install_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeWide]:
-    core, infra = plan_cpus()
-    work = tmp_path_factory.mktemp("nodewide")
-    hooks_dir, record_dir = work / "hooks.d", work / "record"
-    record_dir.mkdir()
-    nodewide.write_record(record_dir, infra)
-    nodewide.write_declaration(hooks_dir, str(install_dir / "cmk"), str(nodewide.record_path(record_dir)))
-    devices = {"core": hook.command_line(format_cpu_list(core), exclusive=True)}
-    with hook_devices(install_dir / "cmk", devices) as kind:
-        yield NodeWide(hooks_dir, format_cpu_list(core), format_cpu_list(infra), kind)
-
-
-def start(hooks_dir: Path | None, name: str, image: str, *args: str) -> int:
-    result = run_with_hooks(hooks_dir, "-d", "--name", name, *args, image, *SLEEPER, check=False)
-    assert result.returncode == 0, result.stderr
-    return container_pid(name)
 
 
 def test_an_ordinary_container_is_born_on_the_infra_cpus(node: NodeWide, image: str, container_name: str) -> None:

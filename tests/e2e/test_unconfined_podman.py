@@ -21,9 +21,9 @@ from deviceplugin.model.confinement import Reason
 from deviceplugin.standin import Kubelet
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.e2e.conftest import ROOT
-from tests.e2e.test_nodewide_podman import NodeWide, node, start  # noqa: F401  (node is a fixture)
-from tests.protocol.test_daemon import daemon_process
-from tests.protocol.test_observe import Logs, scrape
+from tests.support.daemon import daemon_process
+from tests.support.metrics import Logs, scrape
+from tests.support.nodewide import NodeWide, start
 from tests.support.podman import podman
 
 pytestmark = pytest.mark.e2e
@@ -51,7 +51,7 @@ def listed(plan: NodeWide) -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def metrics(node: NodeWide, install_dir: Path) -> Iterator[Callable[[], float]]:  # noqa: F811
+def metrics(node: NodeWide, install_dir: Path) -> Iterator[Callable[[], float]]:
     """The real daemon on this host's /sys with the node-wide plan; yields a stable read of the count."""
     with tempfile.TemporaryDirectory(prefix="cmk-unconf-", dir="/tmp") as work:
         plugin_dir = Path(work) / "dp"
@@ -83,7 +83,7 @@ def metrics(node: NodeWide, install_dir: Path) -> Iterator[Callable[[], float]]:
 
 
 def test_a_container_born_before_the_hook_is_listed_and_one_born_with_it_is_not(
-        node: NodeWide, image: str, container_name: str) -> None:  # noqa: F811
+        node: NodeWide, image: str, container_name: str) -> None:
     start(None, container_name, image)
     start(node.hooks_dir, container_name + "-hook", image)
     try:
@@ -105,7 +105,7 @@ def test_a_container_born_before_the_hook_is_listed_and_one_born_with_it_is_not(
 
 
 def test_the_daemons_count_goes_up_by_one_unconfined_container_and_not_for_a_hooked_one(
-        node: NodeWide, image: str, metrics: Callable[[], float], container_name: str) -> None:  # noqa: F811
+        node: NodeWide, image: str, metrics: Callable[[], float], container_name: str) -> None:
     for attempt in range(5):  # another run's container may start or stop meanwhile: retry, do not guess
         baseline = metrics()
         start(node.hooks_dir, f"{container_name}-hook{attempt}", image)

@@ -21,13 +21,8 @@ from pinner.cpulist import format_cpu_list, format_cpu_mask
 from tests.pinner.conftest import CPU_A as A
 from tests.pinner.conftest import CPU_B as B
 from tests.pinner.conftest import CPUSET_V1, Pinner, on_cpus
-from tests.pinner.test_isolate_process import (
-    WAIT_FOR_SIGNAL,
-    environ,
-    status_field,
-    stop,
-)
 from tests.support.hookrun import cpuset_cgroup as hook_cgroup
+from tests.support.processes import WAIT_FOR_SIGNAL, environ, status_field, stop
 
 BOTH = format_cpu_list({A, B})
 

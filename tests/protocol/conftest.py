@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.standin import Kubelet
+from tests.support.daemon import start_daemon  # noqa: F401  (fixtures the protocol tests share)
+from tests.support.plugins import plugins, registered  # noqa: F401
 
 
 @pytest.fixture

@@ -6,34 +6,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.cpustats import places
 from deviceplugin.observe.cpumetrics import CpuCollector
 from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import Kubelet
-from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
+from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
     SHARED,
     cpus_of,
     daemon_process,
-    start_daemon,
     three_pool_pod,
     wait_registered,
 )
-from tests.protocol.test_metrics_lint import exposition, lint
-from tests.protocol.test_observe import Logs, scrape
+from tests.support.metrics import Logs, Samples, exposition, lint, parse, scrape
 from tests.support.procfs_counters import Known, write_counters
 from tests.support.topologies import fixture_copy
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def parse(text: str) -> Samples:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def per_cpu(samples: Samples, name: str, **labels: str) -> dict[int, float]:
@@ -49,7 +39,7 @@ def per_cpu(samples: Samples, name: str, **labels: str) -> dict[int, float]:
 IDLE = {cpu: Known(user=100, system=50, idle=1000, timer_irqs=500) for cpu in range(16)}
 
 
-def test_counters_labels_holdings_and_leaks_follow_procfs_and_the_kubelet(kubelet: Kubelet, start_daemon,  # noqa: F811
+def test_counters_labels_holdings_and_leaks_follow_procfs_and_the_kubelet(kubelet: Kubelet, start_daemon,
                                                                           tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11, 8 cores of 2 threads, one node
     write_counters(procfs, IDLE)
@@ -118,7 +108,7 @@ def per_place(samples: Samples, name: str, **labels: str) -> dict[tuple[str, str
 
 
 def test_by_default_the_series_are_per_pool_and_cmk_cpu_info_names_each_cpus_place(kubelet: Kubelet,
-                                                                                  start_daemon,  # noqa: F811
+                                                                                  start_daemon,
                                                                                   tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11, 8 cores of 2 threads, one node
     write_counters(procfs, IDLE)

@@ -7,11 +7,10 @@ bad flags, a kubelet that is away). Fixture copies get isolcpus written in.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -20,82 +19,29 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.v1beta1 import deviceplugin_pb2 as pb
-from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.daemon import Daemon, DaemonSettings, socket_name
 from deviceplugin.events import Event, KubeletRestart, ServingAgain
 from deviceplugin.host.sysfs import discover
-from deviceplugin.model.devices import core_device_ids, device_tree
+from deviceplugin.model.devices import device_tree
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
-from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
-from pinner.cpulist import format_cpu_list, parse_cpu_list
-from tests.support.daemon import daemon_process
-from tests.support.topologies import FIXTURES, fixture_copy, set_online
-
-EXCLUSIVE, NON_ISOL = RESOURCE_NAMES[Pool.EXCLUSIVE], RESOURCE_NAMES[Pool.EXCLUSIVE_NON_ISOLCPUS]
-SHARED, INFRA = RESOURCE_NAMES[Pool.SHARED], RESOURCE_NAMES[Pool.INFRA]
-INSTALL_DIR = "/opt/cmk-test/bin"
-
-
-def isolate_all_but_first_core(sysfs: Path, procfs: Path) -> str:
-    """isolcpus for a dump: every online CPU but the first core's (infra keeps that one)."""
-    topology = discover(sysfs, procfs)
-    keep = topology.cores[0].cpus
-    return format_cpu_list(topology.online - keep)
-
-
-def copy_with_isolcpus(name: str, dest: Path, isolcpus: str | None = None) -> tuple[Path, Path]:
-    sysfs, procfs = fixture_copy(name, dest)
-    return fixture_copy(name, dest / "isolated", isolcpus=isolcpus or isolate_all_but_first_core(sysfs, procfs))
-
-
-def cpus_of(device_id: str, sysfs: Path, procfs: Path) -> frozenset[int]:
-    """The CPUs behind a core device ID, through the device model's names of the dump's cores (never parsed)."""
-    names = core_device_ids(discover(sysfs, procfs).cores)
-    return next(core.cpus for core, name in names.items() if name == device_id)
-
-
-def expected_nodes(name: str) -> dict[int, int]:
-    """cpu -> NUMA node as the dump's upstream project saw it (not from our parser)."""
-    data = json.loads((FIXTURES / name / "expected.json").read_text())
-    return {int(cpu): int(node) for node, cpus in data["numa_nodes"].items() for cpu in parse_cpu_list(cpus)}
-
-
-@pytest.fixture
-def start_daemon(plugin_dir: Path) -> Iterator[Callable[..., Daemon]]:
-    """``start_daemon(sysfs, procfs, **plan)``: an in-process daemon serving ``plugin_dir``, stopped after."""
-    started: list[Daemon] = []
-
-    def start(sysfs: Path, procfs: Path, **plan: object) -> Daemon:
-        daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
-                                       install_dir=INSTALL_DIR, plan=PlanOptions(**plan)))
-        daemon.start()
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.stop()
-
-
-def wait_registered(kubelet: Kubelet, resources: set[str], count: int = 1) -> None:
-    """Until each resource registered ``count`` times and its live stream sent a snapshot."""
-    def done() -> bool:
-        seen = [r.resource for r in kubelet.registrations()]
-        allocatable = kubelet.allocatable()
-        return all(seen.count(r) >= count and kubelet.options(r) is not None and allocatable.get(r, 0) > 0
-                   for r in resources)
-
-    kubelet.wait_for(done, what=f"{sorted(resources)} registered {count} time(s)")
-
-
-def device_ids(kubelet: Kubelet) -> dict[str, list[str]]:
-    return {r: sorted(kubelet.devices(r)) for r in kubelet.capacity()}
-
-
-def stub(plugin_dir: Path, resource: str) -> pb_grpc.DevicePluginStub:
-    name = f"cmk-{resource.rpartition('/')[2]}.sock"
-    return pb_grpc.DevicePluginStub(grpc.insecure_channel(f"unix:{plugin_dir / name}"))
-
+from deviceplugin.standin import AdmissionError, ContainerSpec, PodSpec
+from tests.support.daemon import (
+    EXCLUSIVE,
+    INFRA,
+    INSTALL_DIR,
+    NON_ISOL,
+    SHARED,
+    copy_with_isolcpus,
+    cpus_of,
+    daemon_process,
+    device_ids,
+    expected_nodes,
+    our_sockets,
+    stub,
+    three_pool_pod,
+    wait_registered,
+)
+from tests.support.topologies import fixture_copy, set_online
 
 # --- registration, capacity, topology --------------------------------------------------------
 
@@ -206,14 +152,6 @@ def test_preferred_allocation_rejects_a_request_it_cannot_meet(preferring_daemon
                 allocation_size=2)]))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "cpus-9999" in info.value.details()
-
-
-def three_pool_pod(name: str = "demo", exclusive: int = 2) -> PodSpec:
-    return PodSpec(name, containers=(
-        ContainerSpec("dataplane", limits={EXCLUSIVE: exclusive}),
-        ContainerSpec("controlplane", limits={SHARED: 1}),
-        ContainerSpec("monitor", limits={INFRA: 1, SHARED: 1}),
-    ))
 
 
 def test_allocate_envs_match_the_cores_of_the_ids(kubelet, start_daemon, tmp_path):
@@ -348,9 +286,6 @@ def test_a_shared_cpu_offline_makes_every_shared_slot_unhealthy(kubelet, start_d
 
 
 # --- the process: SIGTERM, bad input, no kubelet ----------------------------------------------
-
-def our_sockets(plugin_dir: Path) -> list[str]:
-    return sorted(p.name for p in plugin_dir.iterdir() if p.name.startswith("cmk-") and p.name.endswith(".sock"))
 
 
 def test_sigterm_stops_serving_removes_sockets_and_exits_0(kubelet, plugin_dir, tmp_path):

@@ -18,7 +18,7 @@ from deviceplugin.model.plan import CORE_POOLS, PlanOptions
 from deviceplugin.standin import ContainerSpec, PodSpec
 from pinner import hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
-from tests.protocol.test_daemon import (
+from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
     INSTALL_DIR,
@@ -127,7 +127,6 @@ def test_an_unwritable_cdi_dir_is_one_line_and_serves_nothing(kubelet, plugin_di
         "runtime's CDI directory writable and name it with --cdi-dir, or run with --no-cdi\n"
     )
     assert our_sockets(plugin_dir) == [] and kubelet.registrations() == []
-
 
 
 def test_a_device_kept_from_a_forged_earlier_spec_gets_only_our_hook_and_its_cpus(kubelet, plugin_dir, tmp_path):

@@ -19,14 +19,13 @@ from deviceplugin.daemon import Daemon, DaemonSettings, socket_name
 from deviceplugin.errors import CmkError
 from deviceplugin.host import cdi
 from deviceplugin.standin import ContainerSpec, PodSpec
-from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
+from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
     INSTALL_DIR,
     SHARED,
     daemon_process,
     our_sockets,
-    start_daemon,
     wait_registered,
 )
 from tests.support.topologies import fixture_copy
@@ -58,7 +57,7 @@ def cdi_daemon(plugin_dir: Path, tmp_path: Path, **plan: object) -> Daemon:
 
 # --- streams the kubelet ends ------------------------------------------------------------------------
 
-def test_a_pool_whose_stream_the_kubelet_dropped_registers_again(kubelet, start_daemon, tmp_path):  # noqa: F811
+def test_a_pool_whose_stream_the_kubelet_dropped_registers_again(kubelet, start_daemon, tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = start_daemon(sysfs, procfs)
     wait_registered(kubelet, SERVED)
@@ -70,7 +69,7 @@ def test_a_pool_whose_stream_the_kubelet_dropped_registers_again(kubelet, start_
     assert daemon.registered and kubelet.violations() == []
 
 
-def test_registered_means_the_kubelet_holds_the_stream(kubelet, start_daemon, tmp_path, monkeypatch):  # noqa: F811
+def test_registered_means_the_kubelet_holds_the_stream(kubelet, start_daemon, tmp_path, monkeypatch):
     """Before: a pool counted as registered for good once Register had returned to the same kubelet."""
     from deviceplugin.standin import standin
 
@@ -316,7 +315,7 @@ def test_the_spec_keeps_every_device_so_a_plan_change_keeps_checkpointed_names(m
 @pytest.mark.parametrize("bad", ["num-exclusive-cores: 99\n", "num-exclusive-cores: [\n", "exclusive_cores: 2\n"])
 def test_a_bad_config_serves_the_last_good_plan_and_fails_readiness(kubelet, plugin_dir, tmp_path, bad):
     """Before: the new daemon exited on the bad config after the rollout had stopped the old one."""
-    from tests.protocol.test_probe import probe
+    from tests.support.daemon import probe
 
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     config = tmp_path / "config.yaml"

@@ -21,7 +21,7 @@ from deviceplugin.model import devices as device_model
 from deviceplugin.model.plan import PlanOptions
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import parse_cpu_list
-from tests.protocol.test_daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
+from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
 from tests.support.topologies import fixture_copy, take_offline_as_the_kernel_does
 
 INSTALL_DIR = "/opt/cmk-test"

@@ -15,8 +15,8 @@ import urllib.request
 from collections.abc import Iterator
 
 from deviceplugin.observe.httpserver import WORKERS, BoundedHttpServer, request_headers
-from tests.protocol.test_daemon import daemon_process, wait_registered
-from tests.protocol.test_observe import Logs, scrape
+from tests.support.daemon import daemon_process, wait_registered
+from tests.support.metrics import Logs, scrape
 from tests.support.topologies import fixture_copy
 
 IDLE = 1000

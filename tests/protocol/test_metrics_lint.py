@@ -10,43 +10,32 @@ deploy/prometheus/health-rules.yaml are shown to fire on the series the daemon r
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from deviceplugin.standin import Kubelet
-from tests.protocol.test_daemon import (
+from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
+    REPO,
     SHARED,
     three_pool_pod,
     wait_registered,
 )
-from tests.protocol.test_observe import eventually, metered_daemon, pool_values
-from tests.support.daemon import REPO
+from tests.support.metrics import (
+    eventually,
+    exposition,
+    lint,
+    metered_daemon,
+    pool_values,
+)
 from tests.support.topologies import set_online
 
 RULES = REPO / "deploy" / "prometheus" / "health-rules.yaml"
 LABELS = {"job": "cmk-deviceplugin", "instance": "node-a"}  # what the scrape job (scrape-config.yaml) adds
-
-
-def exposition(address: str) -> str:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as reply:
-        return reply.read().decode()
-
-
-def lint(text: str) -> None:
-    """``promtool check metrics``: exit 0 and no complaint about any series."""
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool missing: run .ci/install-system-packages (Debian package prometheus)"
-    result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True,
-                            check=False, timeout=60)
-    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), \
-        result.stdout + result.stderr
 
 
 def families(text: str) -> set[str]:

@@ -10,13 +10,8 @@ from __future__ import annotations
 
 import json
 import platform
-import queue
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,20 +24,27 @@ from deviceplugin import __version__
 from deviceplugin.model.plan import Mode, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import format_cpu_list
-from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
+from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
+    REPO,
     SHARED,
     copy_with_isolcpus,
     cpus_of,
     daemon_process,
-    start_daemon,
     stub,
     three_pool_pod,
     wait_registered,
 )
-from tests.support.daemon import REPO
-from tests.support.metrics import Samples, scrape, value
+from tests.support.metrics import (
+    POOLS,
+    Logs,
+    eventually,
+    metered_daemon,
+    pool_values,
+    scrape,
+    value,
+)
 from tests.support.topologies import fixture_copy, set_online
 
 SPREAD_DUMP = "hwloc-fakecpuid1f-64intel64-2p4d2n2c2t"  # SMT2, many NUMA nodes: spread puts each core on its own
@@ -66,7 +68,7 @@ def live_pools(result: subprocess.CompletedProcess[str]) -> dict[str, dict[str, 
 
 # --- describe's live view --------------------------------------------------------------------
 
-def test_describe_live_view_follows_admissions_and_deletions(kubelet, start_daemon, tmp_path):  # noqa: F811
+def test_describe_live_view_follows_admissions_and_deletions(kubelet, start_daemon, tmp_path):
     sysfs, procfs = copy_with_isolcpus(SPREAD_DUMP, tmp_path)
     daemon = start_daemon(sysfs, procfs, **SPREAD_PLAN)
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
@@ -135,7 +137,7 @@ def test_describe_live_view_follows_admissions_and_deletions(kubelet, start_daem
     assert "  no container holds a CMK device" not in table.stdout and "unhealthy in" not in table.stdout
 
 
-def test_describe_flags_a_pool_the_kubelet_does_not_count_allocatable(kubelet, start_daemon, tmp_path):  # noqa: F811
+def test_describe_flags_a_pool_the_kubelet_does_not_count_allocatable(kubelet, start_daemon, tmp_path):
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = start_daemon(sysfs, procfs, shared_slots=2)
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
@@ -160,81 +162,6 @@ def test_describe_without_a_kubelet_shows_the_plan_and_one_note(tmp_path):
 
 
 # --- the daemon process: metrics, JSON logs, NFD --------------------------------------------
-
-class Logs:
-    """A daemon's stderr read line by line in a thread, each line parsed as JSON."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.lines: list[dict[str, Any]] = []
-        self.raw: list[str] = []
-        self._new: queue.Queue[None] = queue.Queue()
-        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
-        self._thread.start()
-
-    def _read(self, process: subprocess.Popen[str]) -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            self.raw.append(line)
-            self.lines.append(json.loads(line))  # every line must be JSON: a non-JSON line fails the test
-            self._new.put(None)
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [line for line in self.lines if line.get("event") == name]
-
-    def wait_for(self, name: str, where: Callable[[dict[str, Any]], bool] = lambda _: True,
-                 timeout: float = 20.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = [line for line in self.events(name) if where(line)]
-            if found:
-                return found[-1]
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no {name} event within {timeout:g} s; log: {self.raw}")
-            try:
-                self._new.get(timeout=min(remaining, 0.2))
-            except queue.Empty:
-                pass
-
-    def join(self) -> None:
-        self._thread.join(timeout=10)
-
-
-def eventually(address: str, check: Callable[[Samples], bool], what: str, timeout: float = 20.0) -> Samples:
-    """Scrape until ``check`` holds: counters move in the daemon a moment after the kubelet sees the effect."""
-    deadline = time.monotonic() + timeout
-    while True:
-        samples = scrape(address)
-        if check(samples):
-            return samples
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not seen within {timeout:g} s: {sorted(samples)}")
-        time.sleep(0.1)
-
-
-POOLS = {EXCLUSIVE: "exclusive", SHARED: "shared", INFRA: "infra"}
-
-
-def pool_values(samples: Samples, name: str) -> dict[str, float | None]:
-    return {r: value(samples, name, pool=p, resource=r) for r, p in POOLS.items()}
-
-
-@dataclass(frozen=True)
-class Metered:
-    process: subprocess.Popen[str]
-    logs: Logs
-    sysfs: Path
-    procfs: Path
-
-
-def metered_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path) -> Metered:
-    """The CLI daemon on a copy of xeon_d (3 exclusive cores, 4 shared slots) with JSON logs, metrics on a
-    free port and the stand-in's pod resources; its log lines are read as they come."""
-    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
-    process = daemon_process(plugin_dir, sysfs, procfs, "--num-exclusive-cores", "3", "--shared-slots", "4",
-                             "--metrics-address", "127.0.0.1:0", "--log-format", "json",
-                             "--pod-resources-socket", str(kubelet.pod_resources_socket))
-    return Metered(process, Logs(process), sysfs, procfs)
 
 
 def test_metrics_and_json_logs_follow_the_kubelet(kubelet: Kubelet, plugin_dir, tmp_path):

@@ -8,8 +8,6 @@ process, and checks its verdict; one runs the real daemon and takes a CPU offlin
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +22,7 @@ from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
 from deviceplugin.daemon import socket_name
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 from tests.support.commands import cmk
+from tests.support.daemon import probe
 
 SERVED = ("exclusive", "shared", "infra")
 
@@ -66,11 +65,6 @@ def serve(plugin_dir: Path) -> Iterator[Callable[..., None]]:
     release.set()
     for server in servers:
         server.stop(grace=None)
-
-
-def probe(plugin_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "deviceplugin", "probe", "--kubelet-dir", str(plugin_dir), *extra],
-                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_ready_when_every_served_pool_answers(plugin_dir, serve):

@@ -18,7 +18,7 @@ import pytest
 
 from api.v1beta1 import deviceplugin_pb2 as pb
 from deviceplugin.standin import Kubelet
-from tests.protocol.test_daemon import (
+from tests.support.daemon import (
     EXCLUSIVE,
     SHARED,
     daemon_process,

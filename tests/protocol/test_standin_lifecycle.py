@@ -22,14 +22,7 @@ from api.v1beta1 import deviceplugin_pb2 as pb
 from deviceplugin.errors import CmkError
 from deviceplugin.standin import Kubelet
 from deviceplugin.standin.lifecycle import ContainerStartError
-from tests.protocol.test_standin import (  # noqa: F401  (plugins and registered are fixtures)
-    FOUR,
-    MiniPlugin,
-    R,
-    plugins,
-    pod,
-    registered,
-)
+from tests.support.plugins import FOUR, MiniPlugin, R, pod
 
 CDI_NAME = "example.com/cores=all"
 
@@ -86,7 +79,7 @@ def cdi_kubelet(make_kubelet, plugin_dir: Path, tmp_path: Path) -> Callable[...,
 # -- container starts replay the cached answers ------------------------------------------------------
 
 
-def test_container_starts_replay_the_cached_answer_without_allocate(kubelet: Kubelet, registered) -> None:  # noqa: F811
+def test_container_starts_replay_the_cached_answer_without_allocate(kubelet: Kubelet, registered) -> None:
     plugin = registered()
     admitted = kubelet.admit(pod("p", {R: 2}))
     for _ in range(3):
@@ -95,7 +88,7 @@ def test_container_starts_replay_the_cached_answer_without_allocate(kubelet: Kub
     assert kubelet.starts("p", "c0") == 3
 
 
-def test_each_start_merges_the_answers_in_a_new_random_order(kubelet: Kubelet, registered) -> None:  # noqa: F811
+def test_each_start_merges_the_answers_in_a_new_random_order(kubelet: Kubelet, registered) -> None:
     registered(resource="example.com/a", envs={"SAME": "from-a"})
     registered(resource="example.com/b", envs={"SAME": "from-b"})
     kubelet.admit(pod("p", {"example.com/a": 1, "example.com/b": 1}))
@@ -145,7 +138,7 @@ def test_the_cdi_gate_can_be_turned_on_in_1_28_and_off_in_1_30_only(cdi_kubelet,
 # -- the grace period and the endpoint cleanup -------------------------------------------------------
 
 
-def test_after_the_grace_period_starts_of_pods_holding_the_resource_fail(make_kubelet, plugins) -> None:  # noqa: F811
+def test_after_the_grace_period_starts_of_pods_holding_the_resource_fail(make_kubelet, plugins) -> None:
     clock = Clock()
     kubelet = make_kubelet(clock=clock)
     plugin = plugins()
@@ -163,7 +156,7 @@ def test_after_the_grace_period_starts_of_pods_holding_the_resource_fail(make_ku
         kubelet.start_container("p", "c0")
 
 
-def test_pre_start_required_fails_starts_while_the_plugin_is_away(kubelet: Kubelet, registered) -> None:  # noqa: F811
+def test_pre_start_required_fails_starts_while_the_plugin_is_away(kubelet: Kubelet, registered) -> None:
     plugin = registered(pre_start=True)
     kubelet.admit(pod("p", {R: 1}))
     plugin.end_stream()
@@ -175,7 +168,7 @@ def test_pre_start_required_fails_starts_while_the_plugin_is_away(kubelet: Kubel
 # -- streams the kubelet ends, orphaned clients -------------------------------------------------------
 
 
-def test_a_stream_dropped_by_the_kubelet_is_never_dialled_again(kubelet: Kubelet, registered) -> None:  # noqa: F811
+def test_a_stream_dropped_by_the_kubelet_is_never_dialled_again(kubelet: Kubelet, registered) -> None:
     plugin = registered()
     kubelet.drop_stream(R)
     assert kubelet.allocatable() == {R: 0} and kubelet.capacity() == {R: 4}
@@ -187,7 +180,7 @@ def test_a_stream_dropped_by_the_kubelet_is_never_dialled_again(kubelet: Kubelet
     assert kubelet.violations() == []
 
 
-def test_a_failed_reregistration_orphans_the_live_client(make_kubelet, plugins) -> None:  # noqa: F811
+def test_a_failed_reregistration_orphans_the_live_client(make_kubelet, plugins) -> None:
     kubelet = make_kubelet(dial_timeout=0.5)
     plugin = plugins()
     plugin.register()
@@ -212,7 +205,7 @@ class BrokenOptions(MiniPlugin):
         context.abort(grpc.StatusCode.UNAVAILABLE, "options are broken here")
 
 
-def test_a_reregistration_whose_options_call_fails_orphans_the_live_client(kubelet: Kubelet, registered, plugin_dir: Path) -> None:  # noqa: F811
+def test_a_reregistration_whose_options_call_fails_orphans_the_live_client(kubelet: Kubelet, registered, plugin_dir: Path) -> None:
     plugin = registered()
     broken = BrokenOptions(plugin_dir)
     broken.endpoint = "broken.sock"
@@ -230,7 +223,7 @@ def test_a_reregistration_whose_options_call_fails_orphans_the_live_client(kubel
 # -- re-admission after a kubelet restart ------------------------------------------------------------
 
 
-def test_readmission_fails_only_not_running_containers_before_the_plugin_is_back(kubelet, registered):  # noqa: F811
+def test_readmission_fails_only_not_running_containers_before_the_plugin_is_back(kubelet, registered):
     registered()
     kubelet.admit(pod("running", {R: 1}))
     kubelet.admit(pod("crashed", {R: 1}))
@@ -242,7 +235,7 @@ def test_readmission_fails_only_not_running_containers_before_the_plugin_is_back
     assert [p.name for p in kubelet.pods()] == ["running"]
 
 
-def test_readmission_fails_a_container_whose_devices_came_back_unhealthy(kubelet: Kubelet, registered) -> None:  # noqa: F811
+def test_readmission_fails_a_container_whose_devices_came_back_unhealthy(kubelet: Kubelet, registered) -> None:
     plugin = registered()
     held = kubelet.admit(pod("p", {R: 4})).container("c0").device_ids[R]
     kubelet.exit_container("p", "c0")
@@ -255,7 +248,7 @@ def test_readmission_fails_a_container_whose_devices_came_back_unhealthy(kubelet
                                                    f"longer healthy; cannot allocate unhealthy devices {R}"}
 
 
-def test_readmission_after_the_plugin_is_back_healthy_keeps_the_pod_without_allocate(kubelet: Kubelet, registered) -> None:  # noqa: F811
+def test_readmission_after_the_plugin_is_back_healthy_keeps_the_pod_without_allocate(kubelet: Kubelet, registered) -> None:
     plugin = registered()
     kubelet.admit(pod("p", {R: 2}))
     kubelet.exit_container("p", "c0")

@@ -16,11 +16,10 @@ from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.daemon import socket_name
 from deviceplugin.kubelet.server import WORKERS
-from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
+from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
     SHARED,
-    start_daemon,
     wait_registered,
 )
 from tests.support.topologies import fixture_copy
@@ -56,7 +55,7 @@ class Stream:
 
 
 def test_a_dozen_extra_streams_leave_allocate_its_workers_and_each_new_one_replaces_the_last(
-        kubelet, plugin_dir, start_daemon, tmp_path):  # noqa: F811
+        kubelet, plugin_dir, start_daemon, tmp_path):
     assert EXTRA > WORKERS
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = start_daemon(sysfs, procfs)

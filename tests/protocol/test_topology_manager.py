@@ -20,11 +20,10 @@ from deviceplugin.model.plan import Mode, SlotScope
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from deviceplugin.standin.nicplugin import ENV_NAME, NIC_RESOURCE, NicPlugin
 from pinner.cpulist import parse_cpu_list
-from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
+from tests.support.daemon import (
     EXCLUSIVE,
     SHARED,
     copy_with_isolcpus,
-    start_daemon,
     wait_registered,
 )
 
@@ -51,7 +50,7 @@ def node_kubelet(make_kubelet, policy: str) -> Kubelet:
     return make_kubelet(topology_policy=policy, numa_nodes=(0, 1))
 
 
-def serve_numa_slots(kubelet, start_daemon, tmp_path, scope=SlotScope.NUMA_NODE):  # noqa: F811
+def serve_numa_slots(kubelet, start_daemon, tmp_path, scope=SlotScope.NUMA_NODE):
     sysfs, procfs = copy_with_isolcpus(DUMP, tmp_path)
     daemon = start_daemon(sysfs, procfs, num_exclusive_cores=6, num_shared_cores=4, exclusive_mode=Mode.SPREAD,
                           shared_mode=Mode.SPREAD, shared_slots=4, slot_scope=scope)  # 3 + 2 cores per node
@@ -59,7 +58,7 @@ def serve_numa_slots(kubelet, start_daemon, tmp_path, scope=SlotScope.NUMA_NODE)
     return daemon, discover(sysfs, procfs).numa_nodes
 
 
-def test_single_numa_node_puts_cores_shared_slot_and_nic_all_on_node_1(make_kubelet, start_daemon, nic, tmp_path):  # noqa: F811
+def test_single_numa_node_puts_cores_shared_slot_and_nic_all_on_node_1(make_kubelet, start_daemon, nic, tmp_path):
     kubelet = node_kubelet(make_kubelet, "single-numa-node")
     daemon, nodes = serve_numa_slots(kubelet, start_daemon, tmp_path)
     assert sorted(kubelet.devices(SHARED)) == [f"shared-n{n}-00{i}" for n in (0, 1) for i in range(4)]
@@ -80,7 +79,7 @@ def test_single_numa_node_puts_cores_shared_slot_and_nic_all_on_node_1(make_kube
     assert [p.name for p in kubelet.pods()] == ["dpdk"]  # the rejected pod holds nothing
 
 
-def test_pool_wide_slots_look_aligned_but_span_nodes(make_kubelet, start_daemon, nic, tmp_path):  # noqa: F811
+def test_pool_wide_slots_look_aligned_but_span_nodes(make_kubelet, start_daemon, nic, tmp_path):
     """Why slot scope numa-node exists: a pool-wide slot carries both nodes, so node 1 'aligns' with it."""
     kubelet = node_kubelet(make_kubelet, "single-numa-node")
     _, nodes = serve_numa_slots(kubelet, start_daemon, tmp_path, scope=SlotScope.POOL)
@@ -91,7 +90,7 @@ def test_pool_wide_slots_look_aligned_but_span_nodes(make_kubelet, start_daemon,
     assert shared & nodes[0] and shared & nodes[1]
 
 
-def test_best_effort_admits_what_single_numa_node_rejects(make_kubelet, start_daemon, nic, tmp_path):  # noqa: F811
+def test_best_effort_admits_what_single_numa_node_rejects(make_kubelet, start_daemon, nic, tmp_path):
     kubelet = node_kubelet(make_kubelet, "best-effort")
     daemon, nodes = serve_numa_slots(kubelet, start_daemon, tmp_path)
     nic()

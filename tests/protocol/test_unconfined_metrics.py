@@ -14,16 +14,14 @@ from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from pinner import hook
 from pinner.cpulist import format_cpu_list
-from tests.protocol.test_cpu_metrics import parse
-from tests.protocol.test_daemon import (  # noqa: F401  (start_daemon is a fixture)
+from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
     SHARED,
     cpus_of,
-    start_daemon,
     wait_registered,
 )
-from tests.protocol.test_metrics_lint import lint
+from tests.support.metrics import lint, parse
 from tests.support.topologies import fixture_copy
 
 UP = ("cmk_cgroup_scan_up", frozenset())
@@ -46,7 +44,7 @@ def registry_of(daemon: Daemon, kubelet: Kubelet, confinement: UnconfinedCollect
     return Metrics(collector, daemon.tree).registry
 
 
-def xeon_d_daemon(kubelet: Kubelet, start_daemon, tmp_path: Path) -> tuple[Path, Path, Daemon]:  # noqa: F811
+def xeon_d_daemon(kubelet: Kubelet, start_daemon, tmp_path: Path) -> tuple[Path, Path, Daemon]:
     """(sysfs, procfs, the daemon serving them) on a copy of the Xeon D dump (isolcpus=0-3,8-11), its three pools
     registered."""
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
@@ -64,7 +62,7 @@ def cpuset_root(sysfs: Path) -> Path:
 
 
 def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_hold(kubelet: Kubelet,
-                                                                                     start_daemon,  # noqa: F811
+                                                                                     start_daemon,
                                                                                      tmp_path):
     sysfs, procfs, daemon = xeon_d_daemon(kubelet, start_daemon, tmp_path)
     registry = registry_of(daemon, kubelet, UnconfinedCollector(sysfs_root=sysfs, exclusive=exclusive_cpus(daemon.plan),
@@ -95,7 +93,7 @@ def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_
 
 
 def test_a_scrape_reuses_the_last_walk_until_the_holdings_change_or_it_is_stale(kubelet: Kubelet,
-                                                                                start_daemon,  # noqa: F811
+                                                                                start_daemon,
                                                                                 tmp_path):
     sysfs, _, daemon = xeon_d_daemon(kubelet, start_daemon, tmp_path)
     root = cpuset_root(sysfs)

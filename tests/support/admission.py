@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cache
+from pathlib import Path
 from typing import Any
 
+import yaml
 from cel_expr_python import cel
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -487,3 +491,291 @@ def denials(objects: Sequence[Mapping[str, Any]], request: Request) -> list[str]
 def kubectl_error(request: Request, denial: str) -> str:
     """What ``kubectl apply`` prints for a denial (reason Invalid, one cause with an empty field)."""
     return f'The {request.resource.split("/")[0]} "{request.pod["metadata"]["name"]}" is invalid: : {denial}'
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+DEPLOY = ROOT / "deploy"
+
+
+EXCLUSIVE, NON_ISOLCPUS = "cmk.intel.com/exclusive-cores", "cmk.intel.com/exclusive-non-isolcpus-cores"
+
+
+SHARED, INFRA = "cmk.intel.com/shared", "cmk.intel.com/infra"
+
+
+CPU_POLICY = "ValidatingAdmissionPolicy 'cmk-exclusive-cpu' with binding 'cmk-exclusive-cpu' denied request: "
+
+
+POD_POLICY = "ValidatingAdmissionPolicy 'cmk-pool-containers' with binding 'cmk-pool-containers' denied request: "
+
+
+NO_GROUP = "; the pod names no node group (nodeSelector cmk.intel.com/cpu-pools), so it must fit every group"
+
+
+ENV_FIX = " itself: remove it from env and envFrom; the device plugin sets CMK_CPUS_* and CMK_CDI_* for the CPUs the container holds"
+
+
+RUNTIME_DEFAULT = {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+POOL = " requests a cmk.intel.com/* resource and "
+
+
+SHORT_PREFIX_FIX = (" through envFrom, and CMK_CPUS_* and CMK_CDI_* names begin with {prefix}: use a prefix that none of"
+                    " them begins with, such as APP_")
+
+
+NO_PREFIX_FIX = (POOL + "imports variables through envFrom without a prefix, so a key could be a CMK_CPUS_* or CMK_CDI_*"
+                 " name: give each envFrom of it a prefix, such as APP_")
+
+
+CAP_FIX = (": remove it from securityContext.capabilities.add; with it the container can remount its cgroup and leave its"
+           " CPUs")
+
+
+UNCONFINED_FIX = (POOL + "runs with seccomp Unconfined: set securityContext.seccompProfile.type to RuntimeDefault;"
+                  " unfiltered, a root container can make the namespaces to remount its cgroup and leave its CPUs")
+
+
+NO_SECCOMP_FIX = (POOL + "names no seccomp profile, which Kubernetes runs Unconfined unless the kubelet sets"
+                  " seccompDefault: set securityContext.seccompProfile.type to RuntimeDefault in the pod or the container")
+
+
+APPARMOR_FIX = (POOL + "runs with AppArmor Unconfined: remove that appArmorProfile (or the"
+                " container.apparmor.security.beta.kubernetes.io annotation) so the runtime default profile forbids"
+                " mounting its cgroup")
+
+
+RUNTIME_CLASS_FIX = (", which cmk-pool-containers does not list: remove it, or add it to the policy variable runtimeClasses"
+                     " once its handler runs the CDI and node-wide cmk hooks on every pool node")
+
+
+PRIVILEGED_FIX = (" requests a cmk.intel.com/* resource and is privileged: remove privileged: true from its securityContext;"
+                  " its CPUs arrive through the device plugin and the pinner needs no privilege, while a privileged"
+                  " container can leave them")
+
+
+@cache
+def render(kustomization: str) -> tuple[dict[str, Any], ...]:
+    proc = subprocess.run(["kubectl", "kustomize", str(DEPLOY / kustomization)], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    return tuple(doc for doc in yaml.safe_load_all(proc.stdout) if doc)
+
+
+def deployed() -> list[dict[str, Any]]:
+    """The objects the README applies: the admission policies, the base and the large node group."""
+    return [*render("admission"), *render("base"), *render("overlays/node-group-large")]
+
+
+def group_config(name: str, threads: str) -> dict[str, Any]:
+    """Another node group's parameters, as a copy of the base's ConfigMap (what an overlay renders)."""
+    (base,) = [o for o in render("base") if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "cmk-node-group"]
+    config = copy.deepcopy(base)
+    config["metadata"]["name"] = f"cmk-node-group-{name}"
+    config["data"] = {"node-group": name, "threads-per-core": threads}
+    return config
+
+
+def with_nosmt() -> list[dict[str, Any]]:
+    return [*deployed(), group_config("nosmt", "1")]
+
+
+def container(name: str = "app", *, limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None,
+              env: list[str] = (), env_from: list[str | None] = (), privileged: bool | None = None,
+              security: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A container; an ``env_from`` entry of None has no prefix field at all; ``security`` is its securityContext."""
+    result: dict[str, Any] = {"name": name, "image": "busybox:1.36"}
+    if limits is not None or requests is not None:
+        result["resources"] = {key: value for key, value in (("limits", limits), ("requests", requests))
+                               if value is not None}
+    if env:
+        result["env"] = [{"name": item, "value": "0"} for item in env]
+    if env_from:
+        result["envFrom"] = [{"configMapRef": {"name": "app-config"}, **({} if prefix is None else {"prefix": prefix})}
+                             for prefix in env_from]
+    if privileged is not None or security is not None:
+        result["securityContext"] = {**({} if privileged is None else {"privileged": privileged}), **(security or {})}
+    return result
+
+
+def pod(*containers: dict[str, Any], init: list[dict[str, Any]] = (), group: str | None = None,
+        security: dict[str, Any] | None = None, **spec_fields: Any) -> dict[str, Any]:
+    """A pod whose securityContext is ``security`` (default: seccomp RuntimeDefault, which pool pods need)."""
+    spec: dict[str, Any] = {"containers": list(containers), **spec_fields,
+                            "securityContext": RUNTIME_DEFAULT if security is None else security}
+    if not spec["securityContext"]:
+        del spec["securityContext"]
+    if init:
+        spec["initContainers"] = list(init)
+    if group is not None:
+        spec["nodeSelector"] = {"cmk.intel.com/cpu-pools": group}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "workload", "namespace": "default"}, "spec": spec}
+
+
+def annotated(manifest: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    manifest["metadata"]["annotations"] = annotations
+    return manifest
+
+
+def cores(n: int, cpu: Any, **extra: Any) -> dict[str, Any]:
+    """Container resources: n exclusive cores with cpu requests = limits = ``cpu``."""
+    return {"limits": {EXCLUSIVE: n, "cpu": cpu, **extra}}
+
+
+def cpu_fix(name: str, held: int, want: int, threads: int = 2, group: str = "default", *, slot: bool = False,
+            no_group: bool = True) -> str:
+    if slot:
+        fix = (f"container {name} holds {held} whole core(s) and a shared or infra slot: set its cpu requests to at"
+               f" least {want}")
+    else:
+        fix = f"container {name} holds {held} whole core(s): set its cpu requests and limits both to {want}"
+    return (CPU_POLICY + fix + f" ({held} x {threads} threads per core on node group {group}), so its CFS quota covers"
+            " every thread of its cores" + (NO_GROUP if no_group else ""))
+
+
+def every_group(name: str, held: int, want: int) -> list[str]:
+    """A pod that names no group is checked by the ConfigMap of each group (default and large: 2 threads)."""
+    return [cpu_fix(name, held, want), cpu_fix(name, held, want, group="large")]
+
+
+# (case, pod, objects) that every policy lets through
+ACCEPTED = [
+    ("one core, cpu 2", pod(container(**cores(1, "2"))), deployed),
+    ("two cores, cpu 4 as 4000m", pod(container(**cores(2, "4000m"))), deployed),
+    ("two cores, cpu as a number", pod(container(**cores(2, 4))), deployed),
+    ("one non-isolcpus core", pod(container(limits={NON_ISOLCPUS: 1, "cpu": "2"})), deployed),
+    ("both core pools add up", pod(container(limits={EXCLUSIVE: 1, NON_ISOLCPUS: 1, "cpu": "4"})), deployed),
+    ("requests given as well", pod(container(limits={EXCLUSIVE: 1, "cpu": "2"}, requests={EXCLUSIVE: 1, "cpu": "2"})),
+     deployed),
+    ("init container with its cores", pod(container(), init=[container("setup", **cores(1, "2"))]), deployed),
+    ("no SMT group, one core, cpu 1", pod(container(**cores(1, "1")), group="nosmt"), with_nosmt),
+    ("default group beside a no-SMT group", pod(container(**cores(1, "2")), group="default"), with_nosmt),
+    ("large group", pod(container(**cores(3, "6")), group="large"), with_nosmt),
+    ("cores and a shared slot, cpu above the cores", pod(container(limits={EXCLUSIVE: 1, SHARED: 1, "cpu": "3"},
+                                                                   requests={"cpu": "2500m"})), deployed),
+    ("fractional cpu beside a pinned container",
+     pod(container(**cores(1, "2")), container("sidecar", limits={"cpu": "250m"})), deployed),
+    ("shared slot, fractional cpu", pod(container(limits={SHARED: 1, "cpu": "1"}, requests={"cpu": "250m"})), deployed),
+    ("infra slot, no cpu at all", pod(container(limits={INFRA: 1})), deployed),
+    ("no cmk resource", pod(container(limits={"cpu": "500m"})), deployed),
+    ("no resources at all", pod(container()), deployed),
+    ("env that only looks alike", pod(container(env=["CMK_CPUS", "MY_CMK_CPUS_EXCLUSIVE", "CMK_SYSFS_ROOT",
+                                                     "cmk_cpus_exclusive", "CMK_CDIX"])), deployed),
+    ("envFrom with another prefix, or none, holding no pool", pod(container(env_from=["APP_", "", None])), deployed),
+    ("envFrom with prefixes that begin no reserved name, holding a pool",
+     pod(container(**cores(1, "2"), env_from=["APP_", "CMK_X", "CMK_CPX", "CMK_CPUSX", "CMK_CDIX"])), deployed),
+    ("seccomp RuntimeDefault in the container only", pod(container(**cores(1, "2"), security=RUNTIME_DEFAULT),
+                                                         security={}), deployed),
+    ("seccomp Localhost (an admin's profile)",
+     pod(container(**cores(1, "2")), security={"seccompProfile": {"type": "Localhost", "localhostProfile": "cmk.json"}}),
+     deployed),
+    ("a container overrides the pod's Unconfined seccomp",
+     pod(container(**cores(1, "2"), security=RUNTIME_DEFAULT), security={"seccompProfile": {"type": "Unconfined"}}),
+     deployed),
+    ("no seccomp profile, holding no pool", pod(container(limits={"cpu": "1"}), security={}), deployed),
+    ("Unconfined seccomp and AppArmor, SYS_ADMIN, holding no pool, beside a pinned one",
+     pod(container(**cores(1, "2")), container("tool", security={
+         "seccompProfile": {"type": "Unconfined"}, "appArmorProfile": {"type": "Unconfined"},
+         "capabilities": {"add": ["SYS_ADMIN"]}})), deployed),
+    ("harmless capabilities added, others dropped",
+     pod(container(**cores(1, "2"), security={"capabilities": {"add": ["NET_BIND_SERVICE", "SYS_NICE"],
+                                                               "drop": ["ALL", "SYS_ADMIN"]}})), deployed),
+    ("AppArmor RuntimeDefault", pod(container(**cores(1, "2"), security={"appArmorProfile": {"type": "RuntimeDefault"}})),
+     deployed),
+    ("a runtimeClassName, holding no pool", pod(container(), runtimeClassName="gvisor"), deployed),
+    ("privileged container without cmk resources beside a pinned one",
+     pod(container(**cores(1, "2")), container("tool", privileged=True)), deployed),
+    ("unprivileged pinned container", pod(container(**cores(1, "2"), privileged=False)), deployed),
+    ("no ConfigMap at all: cpu unchecked", pod(container(**cores(1, "1"))),
+     lambda: [o for o in deployed() if o["kind"] != "ConfigMap"]),
+]
+
+
+# (case, pod, objects, every denial the API server would give, sorted by name; the API server names one of them)
+REFUSED = [
+    ("one core, cpu 1: the common mistake", pod(container(**cores(1, "1"))), deployed,
+     every_group("app", 1, 2)),
+    ("one core, no cpu", pod(container(limits={EXCLUSIVE: 1})), deployed, every_group("app", 1, 2)),
+    ("one core, burstable cpu", pod(container(limits={EXCLUSIVE: 1, "cpu": "3"}, requests={"cpu": "2"})), deployed,
+     every_group("app", 1, 2)),
+    ("one core, fractional cpu", pod(container(**cores(1, "1500m"))), deployed, every_group("app", 1, 2)),
+    ("one core, cpu above its threads", pod(container(**cores(1, "4"))), deployed, every_group("app", 1, 2)),
+    ("two cores, cpu of one", pod(container(**cores(2, "2")), group="default"), deployed,
+     [cpu_fix("app", 2, 4, no_group=False)]),
+    ("requests without limits", pod(container(limits={EXCLUSIVE: 1}, requests={EXCLUSIVE: 1, "cpu": "2"}),
+                                    group="large"), deployed,
+     [cpu_fix("app", 1, 2, group="large", no_group=False)]),
+    ("non-isolcpus core, cpu 1", pod(container(limits={NON_ISOLCPUS: 1, "cpu": "1"}), group="large"), deployed,
+     [cpu_fix("app", 1, 2, group="large", no_group=False)]),
+    ("both core pools, cpu of one", pod(container(limits={EXCLUSIVE: 1, NON_ISOLCPUS: 1, "cpu": "2"}),
+                                        group="large"), deployed,
+     [cpu_fix("app", 2, 4, group="large", no_group=False)]),
+    ("init container, cpu 1", pod(container(), init=[container("setup", **cores(1, "1"))], group="default"), deployed,
+     [cpu_fix("setup", 1, 2, no_group=False)]),
+    ("second container wrong", pod(container(**cores(1, "2")), container("worker", **cores(2, "2")),
+                                   group="default"), deployed, [cpu_fix("worker", 2, 4, no_group=False)]),
+    ("no SMT group, cpu 2", pod(container(**cores(1, "2")), group="nosmt"), with_nosmt,
+     [cpu_fix("app", 1, 1, threads=1, group="nosmt", no_group=False)]),
+    ("no group, and the groups disagree", pod(container(**cores(1, "2"))), with_nosmt,
+     [cpu_fix("app", 1, 1, threads=1, group="nosmt")]),
+    ("cores and a slot, requests below the cores",
+     pod(container(limits={EXCLUSIVE: 1, INFRA: 1, "cpu": "4"}, requests={"cpu": "1"}), group="default"), deployed,
+     [cpu_fix("app", 1, 2, slot=True, no_group=False)]),
+    ("a malformed group ConfigMap", pod(container(**cores(1, "2")), group="default"),
+     lambda: [*deployed(), group_config("broken", "two")],
+     [CPU_POLICY + "ConfigMap cmk-system/cmk-node-group-broken (node group of cmk-exclusive-cpu): set"
+      " data.node-group to the group name and data.threads-per-core to the hardware threads per core of its nodes,"
+      ' e.g. "2"']),
+    ("init container sets an env variable", pod(container(), init=[container("setup", env=["CMK_CPUS_SHARED"])]),
+     deployed, [POD_POLICY + "container setup sets CMK_CPUS_SHARED" + ENV_FIX]),
+    ("envFrom with a reserved prefix", pod(container(env_from=["CMK_CPUS_"])), deployed,
+     [POD_POLICY + "container app imports variables named CMK_CPUS_*" + ENV_FIX]),
+    ("envFrom with a longer reserved prefix", pod(container(env_from=["CMK_CDI_X"])), deployed,
+     [POD_POLICY + "container app imports variables named CMK_CDI_X*" + ENV_FIX]),
+    ("privileged with exclusive cores", pod(container(**cores(1, "2"), privileged=True)), deployed,
+     [POD_POLICY + "container app" + PRIVILEGED_FIX]),
+    ("privileged with a shared slot", pod(container(limits={SHARED: 1}, privileged=True)), deployed,
+     [POD_POLICY + "container app" + PRIVILEGED_FIX]),
+    ("privileged init container with an infra slot",
+     pod(container(), init=[container("setup", limits={INFRA: 1}, privileged=True)]), deployed,
+     [POD_POLICY + "container setup" + PRIVILEGED_FIX]),
+    *[(f"envFrom prefix {prefix!r}, the start of a reserved name", pod(container(env_from=[prefix])), deployed,
+       [POD_POLICY + f"container app imports variables named {prefix}*" + SHORT_PREFIX_FIX.format(prefix=prefix)])
+      for prefix in ("CMK_", "CMK_C", "C", "CMK_CPUS", "CMK_CD")],
+    ("envFrom with an empty prefix, holding a pool", pod(container(**cores(1, "2"), env_from=[""])), deployed,
+     [POD_POLICY + "container app" + NO_PREFIX_FIX]),
+    ("envFrom without a prefix, in a pool init container",
+     pod(container(), init=[container("setup", limits={INFRA: 1}, env_from=["APP_", None])]), deployed,
+     [POD_POLICY + "container setup" + NO_PREFIX_FIX]),
+    *[(f"capability {cap} added", pod(container(**cores(1, "2"), security={"capabilities": {"add": ["CHOWN", cap]}})),
+       deployed, [POD_POLICY + f"container app{POOL}adds capability {cap}" + CAP_FIX])
+      for cap in ("SYS_ADMIN", "CAP_SYS_ADMIN", "ALL", "sys_admin")],
+    ("seccomp Unconfined on the pod", pod(container(limits={SHARED: 1}), security={"seccompProfile": {"type": "Unconfined"}}),
+     deployed, [POD_POLICY + "container app" + UNCONFINED_FIX]),
+    ("seccomp Unconfined on the container over the pod's RuntimeDefault",
+     pod(container(limits={INFRA: 1}, security={"seccompProfile": {"type": "Unconfined"}})), deployed,
+     [POD_POLICY + "container app" + UNCONFINED_FIX]),
+    ("no seccomp profile at all", pod(container(**cores(1, "2")), security={}), deployed,
+     [POD_POLICY + "container app" + NO_SECCOMP_FIX]),
+    ("no seccomp profile, running as non-root", pod(container(**cores(1, "2")), security={"runAsNonRoot": True,
+                                                                                           "runAsUser": 1000}),
+     deployed, [POD_POLICY + "container app" + NO_SECCOMP_FIX]),
+    ("AppArmor Unconfined on the container", pod(container(**cores(1, "2"),
+                                                           security={"appArmorProfile": {"type": "Unconfined"}})),
+     deployed, [POD_POLICY + "container app" + APPARMOR_FIX]),
+    ("AppArmor Unconfined on the pod", pod(container(**cores(1, "2")), security={
+        **RUNTIME_DEFAULT, "appArmorProfile": {"type": "Unconfined"}}), deployed,
+     [POD_POLICY + "container app" + APPARMOR_FIX]),
+    ("AppArmor unconfined by the legacy annotation", annotated(pod(container(**cores(1, "2"))), {
+        "container.apparmor.security.beta.kubernetes.io/app": "unconfined"}), deployed,
+     [POD_POLICY + "container app" + APPARMOR_FIX]),
+    ("a runtimeClassName, holding a pool", pod(container(**cores(1, "2")), runtimeClassName="kata"), deployed,
+     [POD_POLICY + "pod requests a cmk.intel.com/* resource and names runtimeClassName kata" + RUNTIME_CLASS_FIX]),
+    ("everything wrong at once", pod(container(**cores(1, "1"), env=["CMK_CPUS_EXCLUSIVE"], privileged=True),
+                                     group="default"), deployed,
+     [cpu_fix("app", 1, 2, no_group=False), POD_POLICY + "container app sets CMK_CPUS_EXCLUSIVE" + ENV_FIX,
+      POD_POLICY + "container app" + PRIVILEGED_FIX]),
+]

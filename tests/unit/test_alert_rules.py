@@ -19,8 +19,8 @@ from deviceplugin.model.cpustats import Place
 from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
 from deviceplugin.observe.cpumetrics import CpuCollector
 from tests.support.procfs_counters import Known, write_counters
-from tests.unit.test_prometheus_rules import PROMETHEUS as RULES
-from tests.unit.test_prometheus_rules import promtool
+from tests.support.promtool import PROMETHEUS as RULES
+from tests.support.promtool import promtool
 
 
 @pytest.mark.parametrize(("rule", "broken"), [

@@ -16,20 +16,14 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-PROMETHEUS = ROOT / "deploy" / "prometheus"
+from tests.support.promtool import PROMETHEUS, PROMTOOL, ROOT, promtool
+
 RULE_FILES = sorted(PROMETHEUS.glob("*-rules.yaml"))
 HEALTH = PROMETHEUS / "health-rules.yaml"
-PROMTOOL = shutil.which("promtool")
 JOB = "cmk-deviceplugin"
 RUNBOOKS = ROOT / "docs" / "user" / "alerts.md"
 #: Where runbook_url points: the runbooks as the repository's web view shows them, an anchor per alert.
 RUNBOOK_URL = "https://github.com/cmk-deviceplugin/cmk-deviceplugin/blob/main/docs/user/alerts.md#"
-
-
-def promtool(*args: str, cwd: Path = PROMETHEUS) -> subprocess.CompletedProcess[str]:
-    assert PROMTOOL is not None, "promtool missing: run .ci/install-system-packages (Debian package prometheus)"
-    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=120)
 
 
 def unit_tests_of(rules: Path) -> Path:
