@@ -6,7 +6,25 @@ loaded 2-CPU CI machine one example of a pure function overran it. So no
 deadline; hypothesis still reports any example that fails.
 """
 
+from pathlib import Path
+
+import pytest
 from hypothesis import settings
 
 settings.register_profile("cmk", deadline=None)
 settings.load_profile("cmk")
+
+
+#: tests/<directory> -> the tier's marker: ``pytest -m "unit or protocol"`` runs the fast tiers alone.
+TIERS = {"unit": "unit", "protocol": "protocol", "pinner": "pinner", "hostile": "hostile",
+         "e2e": "e2e", "node": "node", "cluster": "cluster"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its tier by its directory, so no test module has to say (or can forget) which."""
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        parts = Path(item.fspath).resolve().relative_to(tests).parts
+        tier = TIERS.get(parts[0]) if len(parts) > 1 else None
+        if tier is not None:
+            item.add_marker(getattr(pytest.mark, tier))

@@ -10,21 +10,12 @@ included, for every test of the tier. Nothing here skips.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.cluster import images
 from tests.cluster.deploy import Deployment, deploy_product
 from tests.cluster.node import Node
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test under tests/cluster carries the ``cluster`` marker (``-m cluster`` selects the tier)."""
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")
