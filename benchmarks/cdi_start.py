@@ -38,6 +38,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from benchmarks.starts import hook_alone, installed_pinner, interleaved, report
     from deviceplugin.host import cdi
+    from deviceplugin.model import cdispec
     from tests.support.hookrun import write_config
     from tests.support.podman import RUN, busybox_image
 
@@ -49,7 +50,7 @@ def main() -> int:
         hook_alone("spawn cmk hook (cgroup + affinity)", [str(binary), "hook", f"--cpus={CPU}"], bundle,
                    args.hook_runs)
 
-        spec = cdi.write_spec(cdi.build_spec({f"cpus-{CPU}": frozenset({CPU})}, str(binary)), work_dir / "cdi")
+        spec = cdi.write_spec(cdispec.build_spec({f"cpus-{CPU}": frozenset({CPU})}, str(binary)), work_dir / "cdi")
         RUNTIME_CDI_DIR.mkdir(parents=True, exist_ok=True)
         link = RUNTIME_CDI_DIR / f"cmk-bench-{uuid.uuid4().hex[:10]}.json"
         link.symlink_to(spec)
@@ -58,7 +59,7 @@ def main() -> int:
                 env = ["-e", f"CMK_CPUS_EXCLUSIVE={CPU}"]
                 runs = interleaved({"podman run --rm /bin/true": [*RUN, "--rm", *env, image, "/bin/true"],
                                     "... with the CDI device": [*RUN, "--rm", "--device",
-                                                                cdi.device_name(f"cpus-{CPU}"), *env, image,
+                                                                cdispec.qualified_name(f"cpus-{CPU}"), *env, image,
                                                                 "/bin/true"]}, args.runs)
         finally:
             link.unlink()

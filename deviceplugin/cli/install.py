@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from deviceplugin.host import nodewide
-    from deviceplugin.host.cdi import hook_path
     from deviceplugin.host.sysfs import discover
+    from deviceplugin.model.cdispec import hook_path
     from deviceplugin.model.node import plan_node
     from deviceplugin.model.plan import Pool
 

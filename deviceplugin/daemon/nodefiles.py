@@ -16,7 +16,7 @@ from deviceplugin.events import (
     InfraRecordWritten,
 )
 from deviceplugin.host import cdi
-from deviceplugin.model.cdispec import kept_cpus
+from deviceplugin.model import cdispec
 from deviceplugin.model.devices import DeviceTree, core_device_ids
 from deviceplugin.model.plan import Pool, PoolPlan
 from pinner.cpulist import format_cpu_list
@@ -30,12 +30,12 @@ def write_cdi_spec(cdi_dir: Path, install_dir: str, plan: PoolPlan, tree: Device
     moved or dropped.
     """
     cores = {name: core.cpus for core, name in core_device_ids(plan.all_cores).items()}
-    exclusive = cdi.exclusive_devices(tree) if unthrottle_exclusive else frozenset()
-    devices = cdi.spec_devices(tree, cores)
+    exclusive = cdispec.exclusive_devices(tree) if unthrottle_exclusive else frozenset()
+    devices = cdispec.spec_devices(tree, cores)
     on_disk = cdi.read_spec(cdi_dir)
-    devices |= kept_cpus(on_disk, cdi.KIND, devices)  # rebuilt with our hook
-    hook = cdi.hook_path(install_dir)
-    spec = cdi.build_spec(devices, hook, exclusive)
+    devices |= cdispec.kept_cpus(on_disk, cdispec.KIND, devices)  # rebuilt with our hook
+    hook = cdispec.hook_path(install_dir)
+    spec = cdispec.build_spec(devices, hook, exclusive)
     path = cdi.write_spec(spec, cdi_dir, on_disk=on_disk)  # unchanged: left as it is
     events.emit(CdiSpecWritten(str(path), tuple(d["name"] for d in spec["devices"]), hook))
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from deviceplugin.errors import CmkError
 from deviceplugin.host.atomic import write_atomically
+from deviceplugin.model.cdispec import INSTALLED_NAME
 
 DEFAULT_INSTALL_DIR = Path("/opt/bin")
-INSTALLED_NAME = "cmk"
 
 #: Directories the install dir may not be: every container gets it mounted, so it must hold only the pinner.
 SYSTEM_DIRS = frozenset({

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from deviceplugin.model.cdispec import cdi_device_names
 from deviceplugin.model.devices import PoolDevices
-from deviceplugin.model.plan import CORE_POOLS, Pool
+from deviceplugin.model.plan import Pool
 from deviceplugin.model.shown import named_ids
 from pinner.contract import POOLS as PINNER_POOLS
 from pinner.cpulist import format_cpu_csv
@@ -23,29 +24,6 @@ PINNER_CONTAINER_DIR = "/opt/bin"
 
 #: pool -> the env variable its Allocate answer sets: the pinner's own table, so both sides agree
 ENV_NAMES: Mapping[Pool, str] = {pool: PINNER_POOLS[pool.value].env for pool in Pool}
-
-
-#: The CDI kind of the daemon's devices (``deviceplugin.host.cdi`` writes the spec declaring them).
-CDI_KIND = "cmk.intel.com/cpus"
-
-
-def cdi_device(devices: PoolDevices, device_id: str) -> str:
-    """The spec's device for one kubelet device ID: the ID itself for a core, the pool for a slot.
-
-    Every slot of a pool carries the pool's CPUs, so one device per slot pool
-    keeps the spec O(cores) however many slots are advertised; NUMA-local slots
-    carry their node's pool CPUs, so each node's slots share one device (``shared-n1``).
-    """
-    if devices.pool in CORE_POOLS:
-        return device_id
-    device = devices.devices.get(device_id)
-    node = device.slot_node if device is not None else None
-    return devices.pool.value if node is None else f"{devices.pool.value}-n{node}"
-
-
-def cdi_device_names(devices: PoolDevices, ids: Sequence[str]) -> tuple[str, ...]:
-    """The fully qualified CDI devices an answer for ``ids`` names (``cmk.intel.com/cpus=cpus-1.9``), once each."""
-    return tuple(dict.fromkeys(f"{CDI_KIND}={cdi_device(devices, i)}" for i in ids))
 
 
 class DeviceRequestError(ValueError):

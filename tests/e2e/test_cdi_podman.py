@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.host import cdi
 from deviceplugin.host.sysfs import discover
+from deviceplugin.model import cdispec
 from deviceplugin.model.devices import core_device_ids
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
@@ -74,7 +74,7 @@ def node(install_dir: Path) -> Iterator[Node]:
          "--install-dir", str(install_dir), "--cdi-dir", str(cdi_dir), "--excl-non-isolcpus", format_cpu_list(core)],
         cwd=ROOT, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    spec = cdi_dir / cdi.SPEC_FILE_NAME
+    spec = cdi_dir / cdispec.SPEC_FILE_NAME
     link = RUNTIME_CDI_DIR / f"cmk-e2e-{uuid.uuid4().hex[:10]}.json"
     try:
         kubelet.wait_for(lambda: kubelet.allocatable().get(NON_ISOL, 0) > 0 and kubelet.allocatable().get(INFRA, 0) > 0,
@@ -97,7 +97,7 @@ def node(install_dir: Path) -> Iterator[Node]:
 def core_device(cpus: str) -> str:
     """The CDI device of this machine's core with ``cpus``, as the device model names it (never parsed)."""
     names = core_device_ids(discover().cores)
-    return cdi.device_name(next(name for core, name in names.items() if format_cpu_list(core.cpus) == cpus))
+    return cdispec.qualified_name(next(name for core, name in names.items() if format_cpu_list(core.cpus) == cpus))
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_two_pools_give_the_union_from_one_hook_per_device(node: Node, allocate:
                                                            container_name: str) -> None:
     answer = allocate({NON_ISOL: 1, INFRA: 1})
     assert sorted(answer.cdi_devices) == sorted(
-        [core_device(node.core), cdi.device_name("infra")])
+        [core_device(node.core), cdispec.qualified_name("infra")])
     start(container_name, answer, image, *SLEEPER, pod_env={"CMK_CPUS_INFRA": ""})  # an emptied env changes nothing
     _, allowed, cpus = host_view(container_name)
     assert (allowed, cpus) == (node.every, node.every)

@@ -6,26 +6,27 @@ import json
 
 import pytest
 
-from deviceplugin.host import cdi, nodewide
+from deviceplugin.host import nodewide
+from deviceplugin.model import cdispec
 from tests.node import oci
 
 BASE = {"process": {"env": ["PATH=/bin", "CMK_CPUS_EXCLUSIVE=9"]}, "mounts": []}
 
 
 def test_the_daemons_spec_adds_each_named_devices_hook_and_its_env_once():
-    spec = cdi.build_spec({"core-a": frozenset({2, 3}), "shared": frozenset({4}), "infra": frozenset({0, 1})},
+    spec = cdispec.build_spec({"core-a": frozenset({2, 3}), "shared": frozenset({4}), "infra": frozenset({0, 1})},
                           "/opt/bin/cmk")
     config = oci.apply_cdi(BASE, [spec], ["cmk.intel.com/cpus=core-a", "cmk.intel.com/cpus=infra"])
-    assert config["hooks"] == {cdi.HOOK_STAGE: [
-        {"path": "/opt/bin/cmk", "args": ["cmk", "hook", f"--cpus={cpus}"], "timeout": cdi.HOOK_TIMEOUT_SECONDS}
+    assert config["hooks"] == {cdispec.HOOK_STAGE: [
+        {"path": "/opt/bin/cmk", "args": ["cmk", "hook", f"--cpus={cpus}"], "timeout": cdispec.HOOK_TIMEOUT_SECONDS}
         for cpus in ("2-3", "0-1")]}
-    assert config["process"]["env"].count(cdi.CONFINED_ENV) == 1
+    assert config["process"]["env"].count(cdispec.CONFINED_ENV) == 1
     assert oci.hook_cpus(config) == {0, 1, 2, 3}  # the hook's CPUs: its entries, not CMK_CPUS_EXCLUSIVE=9
     assert BASE["process"]["env"] == ["PATH=/bin", "CMK_CPUS_EXCLUSIVE=9"]  # the input is left alone
 
 
 def test_an_unresolvable_device_fails_like_the_runtime():
-    spec = cdi.build_spec({"core-a": frozenset({2, 3})}, "/opt/bin/cmk")
+    spec = cdispec.build_spec({"core-a": frozenset({2, 3})}, "/opt/bin/cmk")
     with pytest.raises(ValueError, match="unresolvable CDI devices cmk.intel.com/cpus=shared"):
         oci.apply_cdi(BASE, [spec], ["cmk.intel.com/cpus=shared"])
 
@@ -74,7 +75,7 @@ def declared(tmp_path, *extra_dirs):
 
 def test_the_node_wide_declaration_reaches_every_containers_create_runtime_after_its_cdi_hooks(tmp_path):
     declarations, binary, record = declared(tmp_path)
-    spec = cdi.build_spec({"core-a": frozenset({2, 3})}, "/opt/bin/cmk")
+    spec = cdispec.build_spec({"core-a": frozenset({2, 3})}, "/opt/bin/cmk")
     pinned = oci.apply_hooks(oci.apply_cdi(BASE, [spec], ["cmk.intel.com/cpus=core-a"]), declarations)
     ordinary = oci.apply_hooks(BASE, declarations)
     node_wide = {"path": str(binary), "args": ["cmk", "hook", f"--node-wide={record}"],

@@ -12,7 +12,7 @@ import signal
 import pytest
 
 from deviceplugin.daemon import Daemon, DaemonSettings
-from deviceplugin.host import cdi
+from deviceplugin.model import cdispec
 from deviceplugin.model.devices import core_device_ids
 from deviceplugin.model.plan import CORE_POOLS, PlanOptions
 from deviceplugin.standin import ContainerSpec, PodSpec
@@ -76,7 +76,7 @@ def test_allocate_names_the_cdi_device_of_every_id_and_they_merge(kubelet, plugi
         assert sorted(pod.container("monitor").answer.cdi_devices) == [
             "cmk.intel.com/cpus=infra", "cmk.intel.com/cpus=shared"]
         spec = json.loads((tmp_path / "cdi" / SPEC_NAME).read_text())
-        hooks = {cdi.device_name(d["name"]): d["containerEdits"]["hooks"][0]["args"] for d in spec["devices"]}
+        hooks = {cdispec.qualified_name(d["name"]): d["containerEdits"]["hooks"][0]["args"] for d in spec["devices"]}
         for container in pod.containers:  # the hooks' CPUs are exactly the CPUs the env tells the pinner
             held = parse_cpu_list(",".join(a.removeprefix("--cpus=") for n in container.answer.cdi_devices
                                            for a in hooks[n][2:] if a.startswith("--cpus=")))
@@ -134,9 +134,9 @@ def test_a_device_kept_from_a_forged_earlier_spec_gets_only_our_hook_and_its_cpu
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     cdi_dir = tmp_path / "cdi"
     cdi_dir.mkdir()
-    forged = {"cdiVersion": "0.5.0", "kind": cdi.KIND, "devices": [
+    forged = {"cdiVersion": "0.5.0", "kind": cdispec.KIND, "devices": [
         {"name": "dropped-pool", "containerEdits": {
-            "env": [cdi.CONFINED_ENV, "LD_PRELOAD=/tmp/x.so"],
+            "env": [cdispec.CONFINED_ENV, "LD_PRELOAD=/tmp/x.so"],
             "mounts": [{"hostPath": "/", "containerPath": "/host"}],
             "deviceNodes": [{"path": "/dev/mem"}],
             "hooks": [{"hookName": "createRuntime", "path": "/tmp/elsewhere/cmk",
@@ -157,7 +157,7 @@ def test_a_device_kept_from_a_forged_earlier_spec_gets_only_our_hook_and_its_cpu
         daemon.stop()
     devices = {d["name"]: d for d in spec["devices"]}
     assert devices["dropped-pool"] == {"name": "dropped-pool", "containerEdits": {
-        "env": [cdi.CONFINED_ENV],
+        "env": [cdispec.CONFINED_ENV],
         "hooks": [{"hookName": "createRuntime", "path": f"{INSTALL_DIR}/cmk", "args": hook.command_line("3,11"),
                    "timeout": 10}]}}
     # not `cmk hook --cpus=LIST`: nothing to rebuild it from, so its name stays unresolvable

@@ -17,7 +17,7 @@ import pytest
 
 from deviceplugin.daemon import Daemon, DaemonSettings, socket_name
 from deviceplugin.errors import CmkError
-from deviceplugin.host import cdi
+from deviceplugin.model import cdispec
 from deviceplugin.standin import ContainerSpec, PodSpec
 from tests.support.daemon import (
     EXCLUSIVE,
@@ -223,7 +223,7 @@ def test_a_second_daemon_refuses_to_start_naming_the_first_and_touches_nothing(k
         assert "only one daemon may serve a node" in line
         assert {name: (plugin_dir / name).stat().st_ino for name in our_sockets(plugin_dir)} == sockets
         assert (plugin_dir / "features.d" / "cmk.intel.com").read_text() == nfd
-        assert (plugin_dir / "cdi" / cdi.SPEC_FILE_NAME).exists()
+        assert (plugin_dir / "cdi" / cdispec.SPEC_FILE_NAME).exists()
         assert [registrations(kubelet, r) for r in sorted(SERVED)] == [1, 1, 1]
     finally:
         first.terminate()
@@ -303,7 +303,7 @@ def test_the_spec_keeps_every_device_so_a_plan_change_keeps_checkpointed_names(m
     replanned.start()
     try:
         assert SHARED not in replanned.tree
-        spec = json.loads((tmp_path / "cdi" / cdi.SPEC_FILE_NAME).read_text())
+        spec = json.loads((tmp_path / "cdi" / cdispec.SPEC_FILE_NAME).read_text())
         assert "shared" in {d["name"] for d in spec["devices"]}  # kept from the spec on disk
         kubelet.start_container("p", "c")
     finally:

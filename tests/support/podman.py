@@ -99,7 +99,7 @@ def hook_devices(binary: Path, devices: Mapping[str, list[str]]) -> Iterator[str
     """A CDI spec of our hook under a kind of its own (device -> the hook's args); yields the kind, removed after."""
     import json
 
-    from deviceplugin.host.cdi import CDI_VERSION
+    from deviceplugin.model.cdispec import CDI_VERSION
 
     kind = f"e2e-{uuid.uuid4().hex[:10]}.cmk.test/cpus"
     spec = {"cdiVersion": CDI_VERSION, "kind": kind, "devices": [

@@ -20,8 +20,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from deviceplugin.host.cdi import CONFINED_ENV
 from deviceplugin.model.answers import ENV_NAMES
+from deviceplugin.model.cdispec import CONFINED_ENV
 from pinner.contract import ENV_ASSIGNED, ENV_ASSIGNED_MASK
 from tests.support.admission import (
     ACCEPTED,

@@ -14,8 +14,9 @@ from deviceplugin.cli.configfile import apply_config, load_config
 from deviceplugin.errors import CmkError
 from deviceplugin.host import cdi
 from deviceplugin.host.sysfs import discover
-from deviceplugin.model.answers import allocate_answer, cdi_device_names
-from deviceplugin.model.cdispec import kept_cpus
+from deviceplugin.model import cdispec
+from deviceplugin.model.answers import allocate_answer
+from deviceplugin.model.cdispec import cdi_device_names, kept_cpus
 from deviceplugin.model.devices import DeviceTree, device_tree
 from deviceplugin.model.plan import (
     RESOURCE_NAMES,
@@ -41,7 +42,7 @@ def hook_edit(cpus: str, *marks: str) -> dict[str, object]:
 
 
 def test_each_device_carries_its_own_cpus_in_its_own_hook() -> None:
-    assert cdi.build_spec({"cpus-1.9": frozenset({1, 9}), "shared": frozenset({2, 3, 4, 10})}, HOOK) == {
+    assert cdispec.build_spec({"cpus-1.9": frozenset({1, 9}), "shared": frozenset({2, 3, 4, 10})}, HOOK) == {
         "cdiVersion": "0.5.0",
         "kind": "cmk.intel.com/cpus",
         "devices": [
@@ -52,7 +53,7 @@ def test_each_device_carries_its_own_cpus_in_its_own_hook() -> None:
 
 
 def test_only_the_devices_named_exclusive_carry_the_mark() -> None:
-    spec = cdi.build_spec({"cpus-1.9": frozenset({1, 9}), "shared": frozenset({2})}, HOOK, exclusive={"cpus-1.9"})
+    spec = cdispec.build_spec({"cpus-1.9": frozenset({1, 9}), "shared": frozenset({2})}, HOOK, exclusive={"cpus-1.9"})
     assert [d["containerEdits"] for d in spec["devices"]] == [hook_edit("1,9", "--exclusive"), hook_edit("2")]
 
 
@@ -60,13 +61,13 @@ def test_the_exclusive_devices_are_the_cores_of_both_core_pools(tmp_path: Path) 
     topology = discover(*fixture_copy("cmk-xeon_d", tmp_path))
     pools = device_tree(plan_pools(topology, PlanOptions(num_exclusive_cores=2, excl_non_isolcpus=frozenset({4}))),
                         topology.online)
-    exclusive = cdi.exclusive_devices(pools)
+    exclusive = cdispec.exclusive_devices(pools)
     assert len(exclusive) == 3 and all(name.startswith("core-") for name in exclusive)
-    assert exclusive == {name for name in cdi.spec_devices(pools) if name not in ("shared", "infra")}
+    assert exclusive == {name for name in cdispec.spec_devices(pools) if name not in ("shared", "infra")}
 
 
 def test_device_names_are_fully_qualified() -> None:
-    assert cdi.device_name("cpus-1.9") == "cmk.intel.com/cpus=cpus-1.9"
+    assert cdispec.qualified_name("cpus-1.9") == "cmk.intel.com/cpus=cpus-1.9"
 
 
 def tree(tmp_path: Path) -> DeviceTree:
@@ -77,7 +78,7 @@ def tree(tmp_path: Path) -> DeviceTree:
 
 def test_a_core_is_its_own_device_and_a_slot_pool_is_one(tmp_path: Path) -> None:
     pools = tree(tmp_path)
-    devices = cdi.spec_devices(pools)
+    devices = cdispec.spec_devices(pools)
     cores = {name: cpus for name, cpus in devices.items() if name.startswith("core-")}
     assert len(cores) == 2 and all(len(cpus) == 2 for cpus in cores.values())  # one per core, both threads
     assert sorted(set(devices) - set(cores)) == ["infra", "shared"]
@@ -103,11 +104,11 @@ def test_an_answer_names_each_ids_device_once_in_order(tmp_path: Path) -> None:
 def test_a_spec_the_runtime_would_refuse_is_never_built(devices: dict[str, frozenset[int]], hook_path: str,
                                                          problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
-        cdi.build_spec(devices, hook_path)
+        cdispec.build_spec(devices, hook_path)
 
 
 def test_write_creates_the_directory_and_a_readable_json_file(tmp_path: Path) -> None:
-    spec = cdi.build_spec(SHARED, HOOK)
+    spec = cdispec.build_spec(SHARED, HOOK)
     path = cdi.write_spec(spec, tmp_path / "run" / "cdi")
     assert path == tmp_path / "run" / "cdi" / "cmk.intel.com-cpus.json"
     assert json.loads(path.read_text()) == spec
@@ -115,21 +116,21 @@ def test_write_creates_the_directory_and_a_readable_json_file(tmp_path: Path) ->
 
 
 def test_rewrite_replaces_the_file_whole_and_leaves_no_temp_file(tmp_path: Path) -> None:
-    first = cdi.write_spec(cdi.build_spec(SHARED, HOOK), tmp_path)
+    first = cdi.write_spec(cdispec.build_spec(SHARED, HOOK), tmp_path)
     with open(first) as reader:  # a runtime reading at that moment keeps the old, whole file
-        cdi.write_spec(cdi.build_spec({"infra": frozenset({0})}, HOOK), tmp_path)
+        cdi.write_spec(cdispec.build_spec({"infra": frozenset({0})}, HOOK), tmp_path)
         assert json.load(reader)["devices"][0]["name"] == "shared"
     assert json.loads(first.read_text())["devices"][0]["name"] == "infra"
-    assert os.listdir(tmp_path) == [cdi.SPEC_FILE_NAME]
+    assert os.listdir(tmp_path) == [cdispec.SPEC_FILE_NAME]
 
 
 def test_a_spec_equal_to_the_one_on_disk_is_left_as_it_is_and_any_difference_rewrites_it(tmp_path: Path) -> None:
-    spec = cdi.build_spec(SHARED, HOOK)
+    spec = cdispec.build_spec(SHARED, HOOK)
     path = cdi.write_spec(spec, tmp_path)
     inode = path.stat().st_ino
     assert cdi.write_spec(spec, tmp_path, on_disk=cdi.read_spec(tmp_path)) == path
     assert path.stat().st_ino == inode, "the same spec: the file is not replaced"
-    other = cdi.build_spec({"infra": frozenset({0})}, HOOK)
+    other = cdispec.build_spec({"infra": frozenset({0})}, HOOK)
     cdi.write_spec(other, tmp_path, on_disk=cdi.read_spec(tmp_path))
     assert cdi.read_spec(tmp_path) == other and path.stat().st_ino != inode
     path.chmod(0o600)
@@ -138,18 +139,10 @@ def test_a_spec_equal_to_the_one_on_disk_is_left_as_it_is_and_any_difference_rew
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 and path.stat().st_ino != inode, "a wrong mode is fixed"
 
 
-def test_remove_deletes_only_our_file_and_tolerates_its_absence(tmp_path: Path) -> None:
-    (tmp_path / "other-vendor.json").write_text("{}")
-    cdi.write_spec(cdi.build_spec(SHARED, HOOK), tmp_path)
-    cdi.remove_spec(tmp_path)
-    cdi.remove_spec(tmp_path)
-    assert os.listdir(tmp_path) == ["other-vendor.json"]
-
-
 def test_an_unwritable_cdi_dir_is_one_line_naming_the_fixes(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(CmkError) as err:
-        cdi.write_spec(cdi.build_spec(SHARED, HOOK), tmp_path / "file" / "cdi")
+        cdi.write_spec(cdispec.build_spec(SHARED, HOOK), tmp_path / "file" / "cdi")
     assert str(err.value) == (
         f"cannot write the CDI spec into {tmp_path}/file/cdi: Not a directory: mount the runtime's CDI directory "
         "writable and name it with --cdi-dir, or run with --no-cdi"
@@ -165,14 +158,14 @@ def test_cdi_flags_come_from_the_config_file_too(tmp_path: Path):
 
 
 def test_a_device_the_spec_on_disk_had_is_kept_with_its_cpus_and_a_new_one_wins() -> None:
-    previous = cdi.build_spec({"shared": frozenset({3}), "core-n0-p0-c1": frozenset({1})}, HOOK)
+    previous = cdispec.build_spec({"shared": frozenset({3}), "core-n0-p0-c1": frozenset({1})}, HOOK)
     current = {"core-n0-p0-c1": frozenset({1, 9})}
-    assert kept_cpus(previous, cdi.KIND, current) == {"shared": frozenset({3})}
-    assert kept_cpus({"kind": "other.io/x", "devices": [{"name": "a"}]}, cdi.KIND, current) == {}
-    old_release = {"kind": cdi.KIND, "devices": [{"name": "exclusive", "containerEdits": {"env": [cdi.CONFINED_ENV]}}],
+    assert kept_cpus(previous, cdispec.KIND, current) == {"shared": frozenset({3})}
+    assert kept_cpus({"kind": "other.io/x", "devices": [{"name": "a"}]}, cdispec.KIND, current) == {}
+    old_release = {"kind": cdispec.KIND, "devices": [{"name": "exclusive", "containerEdits": {"env": [cdispec.CONFINED_ENV]}}],
                    "containerEdits": {"hooks": [{"hookName": "createRuntime", "path": HOOK, "args": list(hook.ARGS)}]}}
-    assert kept_cpus(old_release, cdi.KIND, current) == {}  # its CPUs were only in the env: stays unresolvable
-    assert kept_cpus(None, cdi.KIND, current) == {}
+    assert kept_cpus(old_release, cdispec.KIND, current) == {}  # its CPUs were only in the env: stays unresolvable
+    assert kept_cpus(None, cdispec.KIND, current) == {}
 
 
 @pytest.mark.parametrize(("device", "cpus"), [
@@ -187,19 +180,19 @@ def test_a_device_the_spec_on_disk_had_is_kept_with_its_cpus_and_a_new_one_wins(
     ({"name": "hooks-not-a-list", "containerEdits": {"hooks": {"args": [*hook.ARGS, "--cpus=1"]}}}, None),
 ])
 def test_only_a_cmk_hook_cpu_list_that_parses_keeps_a_device(device: dict[str, object], cpus: set[int] | None) -> None:
-    kept = kept_cpus({"kind": cdi.KIND, "devices": [device]}, cdi.KIND, {})
+    kept = kept_cpus({"kind": cdispec.KIND, "devices": [device]}, cdispec.KIND, {})
     assert kept == ({} if cpus is None else {device["name"]: frozenset(cpus)})
 
 
 def test_read_spec_returns_what_write_spec_wrote_and_none_for_junk(tmp_path: Path) -> None:
-    spec = cdi.build_spec(SHARED, HOOK)
+    spec = cdispec.build_spec(SHARED, HOOK)
     cdi.write_spec(spec, tmp_path)
     assert cdi.read_spec(tmp_path) == spec
-    (tmp_path / cdi.SPEC_FILE_NAME).write_text("{not json")
+    (tmp_path / cdispec.SPEC_FILE_NAME).write_text("{not json")
     assert cdi.read_spec(tmp_path) is None
     assert cdi.read_spec(tmp_path / "missing") is None
-    (tmp_path / cdi.SPEC_FILE_NAME).unlink()
-    os.mkfifo(tmp_path / cdi.SPEC_FILE_NAME)  # never opened for writing: a blocking read would hang
+    (tmp_path / cdispec.SPEC_FILE_NAME).unlink()
+    os.mkfifo(tmp_path / cdispec.SPEC_FILE_NAME)  # never opened for writing: a blocking read would hang
     assert cdi.read_spec(tmp_path) is None
 
 
@@ -213,7 +206,7 @@ def test_numa_local_slots_name_their_own_nodes_device_whose_hook_has_that_nodes_
     on_node = {n: frozenset(cpu for core in plan.pools[Pool.SHARED] if core.node == n for cpu in core.cpus)
                for n in (0, 1)}
     assert all(on_node.values())  # spread: the shared pool has a core on each node
-    spec = cdi.build_spec(cdi.spec_devices({shared.resource: shared}), HOOK)
+    spec = cdispec.build_spec(cdispec.spec_devices({shared.resource: shared}), HOOK)
     hooks = {device["name"]: device["containerEdits"]["hooks"][0]["args"] for device in spec["devices"]}
     assert hooks == {f"shared-n{n}": ["cmk", "hook", f"--cpus={format_cpu_list(on_node[n])}"] for n in (0, 1)}
     for n in (0, 1):
