@@ -65,10 +65,10 @@ def _window(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from deviceplugin.kubelet.podresources import Unavailable, read_assignments
     from deviceplugin.model.confinement import held_sets
     from deviceplugin.model.cpustats import held_cpus, places
     from deviceplugin.model.withheld import withheld_cores
+    from deviceplugin.protocol.podresources import Unavailable, read_assignments
     from deviceplugin.view.live import live_data, unavailable
 
     socket_unset = args.pod_resources_socket is UNSET

@@ -53,7 +53,7 @@ def _dial(path: Path, timeout: float, require_good_config: bool = False) -> str 
 
     from api.health.v1 import health_pb2, health_pb2_grpc
     from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
-    from deviceplugin.kubelet.server import CONFIG_SERVICE
+    from deviceplugin.protocol.server import CONFIG_SERVICE
 
     SERVING = health_pb2.HealthCheckResponse.SERVING
 

@@ -31,9 +31,9 @@ class CpuManager:
         """
         if self._socket is None:
             return self.refused
-        from deviceplugin.kubelet.podresources import Unavailable, kubelet_cpus
         from deviceplugin.model.assignments import cpu_manager_problem
         from deviceplugin.model.plan import CORE_POOLS
+        from deviceplugin.protocol.podresources import Unavailable, kubelet_cpus
 
         try:
             problem = cpu_manager_problem(kubelet_cpus(self._socket))
@@ -57,7 +57,7 @@ class CpuManager:
         if not self.refused or self._socket is None or time.monotonic() < self._due:
             return False
         self._due = time.monotonic() + self._recheck
-        from deviceplugin.kubelet.podresources import Unavailable, kubelet_cpus
+        from deviceplugin.protocol.podresources import Unavailable, kubelet_cpus
 
         try:
             return not kubelet_cpus(self._socket)

@@ -50,7 +50,7 @@ class HeldCores:
             return None
         self._due = time.monotonic() + self._recheck
         from deviceplugin.host.slotrecord import read_record, write_record
-        from deviceplugin.kubelet.podresources import Unavailable, read_assignments
+        from deviceplugin.protocol.podresources import Unavailable, read_assignments
 
         if self._slots_before is None:
             try:

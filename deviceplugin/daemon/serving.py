@@ -12,9 +12,9 @@ from pathlib import Path
 
 from deviceplugin.daemon.settings import socket_name
 from deviceplugin.events import Events, Serving, StreamLost
-from deviceplugin.kubelet.registration import Registrar, Registration, socket_identity
-from deviceplugin.kubelet.server import PoolServer, Preference, options_message
 from deviceplugin.model.devices import DeviceTree, PoolDevices
+from deviceplugin.protocol.registration import Registrar, Registration, socket_identity
+from deviceplugin.protocol.server import PoolServer, Preference, options_message
 
 
 class PoolServers:

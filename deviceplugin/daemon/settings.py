@@ -8,9 +8,9 @@ from pathlib import Path
 from api.constants import DEVICE_PLUGIN_DIR, validate_device_id, validate_resource_name
 from deviceplugin.errors import CmkError
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR
-from deviceplugin.kubelet.server import list_message_problem, socket_path_problem
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.plan import PlanOptions
+from deviceplugin.protocol.server import list_message_problem, socket_path_problem
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,11 +33,11 @@ from deviceplugin.events import (
 from deviceplugin.host.nodelock import NodeLock
 from deviceplugin.host.sysfs import discover, online_cpus
 from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
-from deviceplugin.kubelet.registration import socket_identity
-from deviceplugin.kubelet.server import PoolServer, Preference
 from deviceplugin.model.devices import DeviceTree, health_changes
 from deviceplugin.model.node import NodePlan, plan_node
 from deviceplugin.model.withheld import Withheld
+from deviceplugin.protocol.registration import socket_identity
+from deviceplugin.protocol.server import PoolServer, Preference
 from pinner.cpulist import format_cpu_list
 
 

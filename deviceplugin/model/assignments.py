@@ -1,6 +1,6 @@
 """Which container holds which devices, as the kubelet's pod resources API reports it: plain values.
 
-Apart from the client (:mod:`deviceplugin.kubelet.podresources`) so that the
+Apart from the client (:mod:`deviceplugin.protocol.podresources`) so that the
 live view (pure) takes them without loading grpc.
 """
 

@@ -34,11 +34,6 @@ from deviceplugin.events import (
     PreferredAllocationRefused,
     Registered,
 )
-from deviceplugin.kubelet.podresources import (
-    DEFAULT_TIMEOUT,
-    Unavailable,
-    read_assignments,
-)
 from deviceplugin.model.assignments import Assignments
 from deviceplugin.model.confinement import held_sets
 from deviceplugin.model.cpustats import held_cpus
@@ -47,6 +42,11 @@ from deviceplugin.model.plan import PoolPlan
 from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
 from deviceplugin.observe.cpumetrics import CpuCollector
 from deviceplugin.observe.httpserver import Answer, BoundedHttpServer
+from deviceplugin.protocol.podresources import (
+    DEFAULT_TIMEOUT,
+    Unavailable,
+    read_assignments,
+)
 
 #: Allocate answers in well under a millisecond; the top buckets catch a GC pause or a loaded node.
 LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from deviceplugin.events import Allocated, AllocationResolved, Event, Events
-from deviceplugin.kubelet.podresources import Unavailable, read_assignments
 from deviceplugin.model.assignments import Holding
+from deviceplugin.protocol.podresources import Unavailable, read_assignments
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from api.podresources.v1 import podresources_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.errors import CmkError
-from deviceplugin.kubelet.server import MAX_SOCKET_PATH
+from deviceplugin.protocol.server import MAX_SOCKET_PATH
 from deviceplugin.standin import lifecycle
 from deviceplugin.standin.answers import Conflict, ContainerAnswer, merge_answers
 from deviceplugin.standin.cdiresolve import unresolvable

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deviceplugin.kubelet.podresources import Unavailable, read_assignments
+from deviceplugin.protocol.podresources import Unavailable, read_assignments
 from tests.cluster.node import BUSYBOX_IMAGE, NODE_NAME, ComponentFailed, Node, wait_for
 from tests.support.podman import cgroup_dir
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from deviceplugin.kubelet.podresources import Unavailable, read_assignments
+from deviceplugin.protocol.podresources import Unavailable, read_assignments
 from tests.cluster.deploy import (
     NAMESPACE,
     Deployment,

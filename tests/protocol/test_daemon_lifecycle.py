@@ -156,7 +156,7 @@ def test_a_socket_the_starting_kubelet_unlinks_right_after_the_rebind_is_served_
     of it. Before: that start raised, the daemon served nothing and waited for its liveness probe (63 s on
     the cluster tier). The unlink is done here at that very point, once, as the kubelet's cleanup did."""
     import deviceplugin.daemon.serving as daemon_module
-    from deviceplugin.kubelet.server import PoolServer
+    from deviceplugin.protocol.server import PoolServer
 
     unlinked: list[str] = []
 

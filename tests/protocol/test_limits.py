@@ -8,14 +8,14 @@ import pytest
 
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.errors import CmkError
-from deviceplugin.kubelet.server import (
+from deviceplugin.model.devices import Device, PoolDevices, slot_device_ids
+from deviceplugin.model.limits import MAX_SLOTS
+from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool
+from deviceplugin.protocol.server import (
     LIST_MESSAGE_LIMIT,
     list_message,
     list_message_problem,
 )
-from deviceplugin.model.devices import Device, PoolDevices, slot_device_ids
-from deviceplugin.model.limits import MAX_SLOTS
-from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool
 from tests.support.topologies import fixture_copy
 
 KUBELET_LIMIT = 4 * 1024 * 1024  # the kubelet's default gRPC max receive message size

@@ -13,7 +13,7 @@ import grpc
 
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.kubelet.registration import Registrar, Registration, socket_identity
+from deviceplugin.protocol.registration import Registrar, Registration, socket_identity
 
 
 class ReplacingKubelet(pb_grpc.RegistrationServicer):

@@ -15,7 +15,7 @@ import grpc
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.daemon import socket_name
-from deviceplugin.kubelet.server import WORKERS
+from deviceplugin.protocol.server import WORKERS
 from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,

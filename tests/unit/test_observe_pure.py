@@ -26,11 +26,11 @@ from deviceplugin.host.nfd import (
     write_features,
 )
 from deviceplugin.host.sysfs import discover
-from deviceplugin.kubelet.podresources import allocatable_from, holdings_from
 from deviceplugin.model.assignments import Assignments, Holding
 from deviceplugin.model.devices import device_tree
 from deviceplugin.model.plan import PlanOptions, Pool, plan_pools
 from deviceplugin.observe.logs import JsonFormatter, KeyValueFormatter, configure
+from deviceplugin.protocol.podresources import allocatable_from, holdings_from
 from deviceplugin.view.live import live_data, render_live
 from tests.support.topologies import FIXTURES
 
