@@ -19,8 +19,8 @@ from api.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
 from deviceplugin.host.install import (
     DEFAULT_INSTALL_DIR,
-    hooks_dir_problem,
-    install_dir_problem,
+    checked_hooks_dir,
+    checked_install_dir,
 )
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
 from deviceplugin.model.limits import (
@@ -69,7 +69,7 @@ def cpu_set(text: str) -> frozenset[int]:
 def hooks_dir(text: str) -> str:
     """A hooks.d directory the runtime reads by its absolute path (not mounted into containers)."""
     try:
-        return hooks_dir_problem(text)
+        return checked_hooks_dir(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 
@@ -81,7 +81,7 @@ def hooks_dir_path(text: str) -> Path:
 def host_dir(text: str) -> str:
     """The install directory: Allocate answers and CDI specs mount it into every container."""
     try:
-        return install_dir_problem(text)
+        return checked_install_dir(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 

@@ -33,7 +33,7 @@ _MAX_PATH = 4095  # PATH_MAX less the NUL
 _SYSTEM_ROOTS = frozenset(tree.rstrip("/") for tree in SYSTEM_TREES)
 
 
-def _host_path_problem(text: str) -> None:
+def _check_host_path(text: str) -> None:
     """ValueError unless ``text`` is a printable, normalised absolute path (no ``..``, ``.``, ``//``, trailing /)."""
     shown = repr(text)
     if not text.isprintable():
@@ -49,21 +49,21 @@ def _host_path_problem(text: str) -> None:
                          f"write the directory itself{f', e.g. {normal!r}' if '..' not in parts else ''}")
 
 
-def install_dir_problem(text: str) -> str:
+def checked_install_dir(text: str) -> str:
     """``text`` if it is fit to be the install dir, else ValueError saying why (pure: no I/O).
 
     A normalised absolute path (what a mount source and a reader of the Allocate
     answer see is what was written), printable, not a system directory: the
     Allocate answer mounts it into every container.
     """
-    _host_path_problem(text)
+    _check_host_path(text)
     if text in SYSTEM_DIRS or (text + "/").startswith(SYSTEM_TREES):
         raise ValueError(f"must not be a system directory (every container gets it mounted), got {text!r}; "
                          f"use a directory of its own such as {DEFAULT_INSTALL_DIR}")
     return text
 
 
-def hooks_dir_problem(text: str) -> str:
+def checked_hooks_dir(text: str) -> str:
     """``text`` if it is fit to be a hooks.d directory, else ValueError saying why (pure: no I/O).
 
     The runtime reads it by this absolute path, so the same path rules as the
@@ -71,7 +71,7 @@ def hooks_dir_problem(text: str) -> str:
     (``/etc/containers/oci/hooks.d``), but is never a system directory itself:
     every ``*.json`` there is read as a hook declaration.
     """
-    _host_path_problem(text)
+    _check_host_path(text)
     if text in SYSTEM_DIRS or text in _SYSTEM_ROOTS:
         raise ValueError(f"must be a hooks.d directory of its own, not the system directory {text!r}; "
                          "podman and CRI-O read /etc/containers/oci/hooks.d")

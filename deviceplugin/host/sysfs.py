@@ -2,7 +2,7 @@
 
 Both roots are parameters so tests and ``--sysfs-root``/``--procfs-root``
 point discovery at a machine dump. The kernel's fallbacks are written as
-code, in the order the kernel's own history needs them:
+code, in the order the kernel's own history needs them (the doc below lists each).
 
 Why it works this way: ``docs/design/topology-discovery.md``.
 """

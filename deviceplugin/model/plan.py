@@ -1,6 +1,6 @@
 """The pool plan: which cores serve which pool. A pure function of topology and options.
 
-CMK's semantics, kept so its users' flags mean what they meant:
+CMK's semantics are kept, so its users' flags mean what they meant (the doc below lists them).
 
 Why it works this way: ``docs/design/pool-plan.md``.
 """

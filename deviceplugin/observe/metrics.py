@@ -1,7 +1,7 @@
 """Prometheus metrics of the daemon, on their own CollectorRegistry (never the global one).
 
 A registry per daemon, so tests and two daemons in one process never share
-counters. Two kinds of series:
+counters. Two kinds of series: counted as events happen, and read at scrape time.
 
 Why it works this way: ``docs/design/metrics.md``.
 """

@@ -1,7 +1,7 @@
 """A ValidatingAdmissionPolicy evaluator for tests: the API server's steps, with a real CEL engine.
 
 The expressions run on Google's CEL implementation (``cel-expr-python``, the cel-cpp runtime).
-What Kubernetes adds on top of CEL is ported here from its source, never loosened:
+What Kubernetes adds on top of CEL is ported here from its source, never loosened (the doc below lists what).
 
 Why it works this way: ``docs/design/tests-admission.md``.
 """

@@ -14,8 +14,8 @@ from deviceplugin.host.install import (
     DEFAULT_INSTALL_DIR,
     SYSTEM_DIRS,
     SYSTEM_TREES,
-    hooks_dir_problem,
-    install_dir_problem,
+    checked_hooks_dir,
+    checked_install_dir,
 )
 from deviceplugin.model.limits import (
     MAX_CPUS,
@@ -78,23 +78,23 @@ def _fit_path_or_one_line_problem(check: Callable[[str], str], text: str) -> boo
 
 @given(PATHISH)
 def test_an_install_dir_is_normalised_absolute_printable_and_not_a_system_dir(text: str) -> None:
-    if _fit_path_or_one_line_problem(install_dir_problem, text):
+    if _fit_path_or_one_line_problem(checked_install_dir, text):
         assert not (text + "/").startswith(SYSTEM_TREES)
 
 
 @given(PATHISH)
 def test_a_hooks_dir_is_normalised_absolute_printable_and_not_a_system_dir_itself(text: str) -> None:
-    if _fit_path_or_one_line_problem(hooks_dir_problem, text):
+    if _fit_path_or_one_line_problem(checked_hooks_dir, text):
         assert text + "/" not in SYSTEM_TREES
 
 
 def test_the_runtimes_hooks_dirs_are_fit() -> None:
     for directory in ("/etc/containers/oci/hooks.d", "/usr/share/containers/oci/hooks.d"):
-        assert hooks_dir_problem(directory) == directory
+        assert checked_hooks_dir(directory) == directory
 
 
 def test_the_default_install_dir_is_fit() -> None:
-    assert install_dir_problem(str(DEFAULT_INSTALL_DIR)) == str(DEFAULT_INSTALL_DIR)
+    assert checked_install_dir(str(DEFAULT_INSTALL_DIR)) == str(DEFAULT_INSTALL_DIR)
 
 
 YAMLISH = st.text(st.sampled_from("ab:-[]{}&*!|>'\"#\n\t 0123456789,?%@`\\~"), max_size=60) | st.text(max_size=60)
