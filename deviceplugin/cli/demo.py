@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     # gRPC's C core logs connection teardown at INFO when Ctrl-C cuts a registration short.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-    from deviceplugin.demo import Demo, DemoSettings
+    from deviceplugin.walkthrough import Demo, DemoSettings
 
     apply_config_file(args)  # before anything starts: a bad file is one line
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -28,7 +28,7 @@ def _preload() -> None:
 
     commands.build_parser()  # imports every subcommand module
     for name in ("deviceplugin.daemon", "deviceplugin.observe.metrics", "deviceplugin.observe.resolver",
-                 "deviceplugin.protocol.podresources", "deviceplugin.host.nfd", "deviceplugin.demo",
+                 "deviceplugin.protocol.podresources", "deviceplugin.host.nfd", "deviceplugin.walkthrough",
                  "deviceplugin.view.live", "deviceplugin.model.devices", "yaml", "grpc", "json",
                  "api.v1beta1.deviceplugin_pb2_grpc", "api.v1beta1.deviceplugin_pb2", "encodings.idna"):
         try:

@@ -6,7 +6,7 @@ import pytest
 
 from deviceplugin.model.plan import PlanOptions, Pool, plan_pools
 from deviceplugin.model.topology import build_topology
-from deviceplugin.view.demo import (
+from deviceplugin.view.seedpod import (
     affinity_text,
     demo_containers,
     free_line,

@@ -1,4 +1,4 @@
-"""``cmk demo``: the whole product on this machine with no cluster, start to finish, then gone.
+"""``cmk demo``'s walkthrough: the whole product on this machine with no cluster, start to finish, then gone.
 
 The real daemon serves its pools to the kubelet stand-in over real unix
 sockets in a temporary directory, the real ``cmk install`` code puts the
@@ -39,7 +39,7 @@ from deviceplugin.model.node import plan_node
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import Topology
 from deviceplugin.standin import AdmittedContainer, ContainerSpec, Kubelet, PodSpec
-from deviceplugin.view import demo as view
+from deviceplugin.view import seedpod as view
 from pinner.contract import IsolateExit
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 
