@@ -18,7 +18,6 @@ from api.podresources.v1 import podresources_pb2_grpc as prpb_grpc
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.plan import Mode, SlotScope
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
-from deviceplugin.standin.nicplugin import ENV_NAME, NIC_RESOURCE, NicPlugin
 from pinner.cpulist import parse_cpu_list
 from tests.support.daemon import (
     EXCLUSIVE,
@@ -26,6 +25,7 @@ from tests.support.daemon import (
     copy_with_isolcpus,
     wait_registered,
 )
+from tests.support.nicplugin import ENV_NAME, NIC_RESOURCE, NicPlugin
 
 DUMP = "hwloc-32intel64-2p8co2t+8ve"  # 2 NUMA nodes of 8 cores x 2 threads
 VFS_ON_NODE_1 = {"0000:81:00.2": 1, "0000:81:00.3": 1}
