@@ -220,51 +220,20 @@ def _sizes(options: PlanOptions, available: int, limit: str) -> tuple[int, int]:
     return want_excl, want_shared
 
 
-def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> PoolPlan:
-    """Carve the pools; raise PlanError when the options cannot be met on this topology."""
-    _check_size("--num-exclusive-cores", options.num_exclusive_cores)
-    _check_size("--num-shared-cores", options.num_shared_cores)
-    for name, slots in (("shared slots", options.shared_slots), ("infra slots", options.infra_slots)):
-        if slots < 1:
-            raise PlanError(f"{name} must be 1 or more, got {slots}")
+@dataclass(frozen=True)
+class _Carved:
+    """What one of the two carvings gives: the isolated pools, infra, isolated cores left over, its notes."""
 
-    cores = topology.cores
-    if not cores:
-        raise PlanError("no online CPUs found: check --sysfs-root")
-    isolated = topology.isolated & topology.online
-    whole = [core for core in cores if core.cpus <= isolated]
-    partial = [core for core in cores if core.cpus & isolated and not core.cpus <= isolated]
-    free = [core for core in cores if not core.cpus & isolated]
-    non_isol = _named_cores(topology, options.excl_non_isolcpus)
-    named = set(non_isol)
-    free = [core for core in free if core not in named]
+    exclusive: list[Core]
+    shared: list[Core]
+    infra: list[Core]
+    unused: list[Core]
+    notes: list[str]
 
-    sst_cp = _differs(core.energy_performance_preference for core in cores)
-    sst_bf = _differs(core.base_frequency for core in cores)
-    key = _rank_key(sst_cp, sst_bf)
-    notes: list[str] = []
 
-    if isolated:
-        candidates = whole
-        limit = f"only {len(whole)} whole cores are isolated ({_cores_text(whole) or 'none'})"
-        n_excl, n_shared = _sizes(options, len(candidates), limit)
-        infra = free
-    else:
-        housekeeping = min(free, key=lambda core: core.first) if free else None
-        candidates = [core for core in free if core is not housekeeping]
-        limit = (
-            f"no CPU is isolated and infra must keep one of the {len(free)} cores, "
-            f"leaving {len(candidates)} (CMK's fallback; boot with isolcpus= for more)"
-        )
-        n_excl, n_shared = _sizes(options, len(candidates), limit)
-        if options.num_exclusive_cores is None:
-            n_excl = min(n_excl, DEFAULT_EXCLUSIVE_CORES)
-        notes.append(
-            "no isolated CPUs: pools are carved from all cores (CMK's fallback); "
-            "boot with isolcpus= to keep the kernel's scheduler off exclusive cores"
-        )
-        infra = []  # filled below from what the isolated pools leave
-
+def _take(candidates: Sequence[Core], n_excl: int, n_shared: int, options: PlanOptions,
+          key: RankKey) -> tuple[list[Core], list[Core], list[Core]]:
+    """Exclusive takes its best-ranked ``n_excl``, shared the best ``n_shared`` of the rest; and what is left."""
     # Membership by set, not by list: a list test compares dataclasses field by field, and on
     # 8,192 CPUs that was 8 million comparisons (1.3 s) per plan.
     exclusive = _ranked(candidates, options.exclusive_mode, key)[:n_excl]
@@ -272,23 +241,70 @@ def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> Pool
     rest = [core for core in candidates if core not in taken]
     shared = _ranked(rest, options.shared_mode, key)[:n_shared]
     taken.update(shared)
-    leftover = [core for core in rest if core not in taken]
+    return exclusive, shared, [core for core in rest if core not in taken]
 
-    unused: list[Core] = []
+
+def _isolcpus_plan(whole: list[Core], free: list[Core], options: PlanOptions, key: RankKey) -> _Carved:
+    """Exclusive and shared from the wholly isolated cores, infra from the rest; isolated cores left over are noted."""
+    limit = f"only {len(whole)} whole cores are isolated ({_cores_text(whole) or 'none'})"
+    n_excl, n_shared = _sizes(options, len(whole), limit)
+    exclusive, shared, unused = _take(whole, n_excl, n_shared, options, key)
+    notes = [(f"isolated cores {_cores_text(unused)} are in no pool: raise "
+             "--num-exclusive-cores or --num-shared-cores to use them")] if unused else []
+    return _Carved(exclusive, shared, free, unused, notes)
+
+
+def _fallback_plan(free: list[Core], options: PlanOptions, key: RankKey) -> _Carved:
+    """CMK's fallback with nothing isolated: every pool from all cores, infra keeping the lowest CPU's core."""
+    housekeeping = min(free, key=lambda core: core.first) if free else None
+    candidates = [core for core in free if core is not housekeeping]
+    limit = (
+        f"no CPU is isolated and infra must keep one of the {len(free)} cores, "
+        f"leaving {len(candidates)} (CMK's fallback; boot with isolcpus= for more)"
+    )
+    n_excl, n_shared = _sizes(options, len(candidates), limit)
+    if options.num_exclusive_cores is None:
+        n_excl = min(n_excl, DEFAULT_EXCLUSIVE_CORES)
+    notes = [("no isolated CPUs: pools are carved from all cores (CMK's fallback); "
+             "boot with isolcpus= to keep the kernel's scheduler off exclusive cores")]
+    exclusive, shared, _ = _take(candidates, n_excl, n_shared, options, key)
+    taken = set(exclusive) | set(shared)
+    infra = sorted([core for core in free if core not in taken], key=lambda core: core.first)
+    return _Carved(exclusive, shared, infra, [], notes)
+
+
+def _check_options(options: PlanOptions) -> None:
+    _check_size("--num-exclusive-cores", options.num_exclusive_cores)
+    _check_size("--num-shared-cores", options.num_shared_cores)
+    for name, slots in (("shared slots", options.shared_slots), ("infra slots", options.infra_slots)):
+        if slots < 1:
+            raise PlanError(f"{name} must be 1 or more, got {slots}")
+
+
+def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> PoolPlan:
+    """Carve the pools; raise PlanError when the options cannot be met on this topology."""
+    _check_options(options)
+    cores = topology.cores
+    if not cores:
+        raise PlanError("no online CPUs found: check --sysfs-root")
+    isolated = topology.isolated & topology.online
+    partial = [core for core in cores if core.cpus & isolated and not core.cpus <= isolated]
+    non_isol = _named_cores(topology, options.excl_non_isolcpus)
+    named = set(non_isol)
+    free = [core for core in cores if not core.cpus & isolated and core not in named]
+
+    sst_cp = _differs(core.energy_performance_preference for core in cores)
+    sst_bf = _differs(core.base_frequency for core in cores)
+    key = _rank_key(sst_cp, sst_bf)
     if isolated:
-        unused = leftover
-        if unused:
-            notes.append(
-                f"isolated cores {_cores_text(unused)} are in no pool: raise "
-                "--num-exclusive-cores or --num-shared-cores to use them"
-            )
+        carved = _isolcpus_plan([core for core in cores if core.cpus <= isolated], free, options, key)
     else:
-        infra = sorted([core for core in free if core not in taken],
-                       key=lambda core: core.first)
-    if non_isol and not infra:
+        carved = _fallback_plan(free, options, key)
+    if non_isol and not carved.infra:
         raise PlanError(
             "--excl-non-isolcpus takes every non-isolated core; leave at least one core for infra"
         )
+    notes = list(carved.notes)
     if partial:
         notes.append(
             f"partly isolated cores {_cores_text(partial)} are in no pool: "
@@ -297,16 +313,16 @@ def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> Pool
 
     return PoolPlan(
         pools={
-            Pool.EXCLUSIVE: tuple(exclusive),
+            Pool.EXCLUSIVE: tuple(carved.exclusive),
             Pool.EXCLUSIVE_NON_ISOLCPUS: tuple(sorted(non_isol, key=lambda core: core.first)),
-            Pool.SHARED: tuple(shared),
-            Pool.INFRA: tuple(infra),
+            Pool.SHARED: tuple(carved.shared),
+            Pool.INFRA: tuple(carved.infra),
         },
         isolated_mode=bool(isolated),
         sst_bf=sst_bf,
         sst_cp=sst_cp,
         partially_isolated=tuple(partial),
-        unused_isolated=tuple(unused),
+        unused_isolated=tuple(carved.unused),
         notes=tuple(notes),
         slots={Pool.SHARED: options.shared_slots, Pool.INFRA: options.infra_slots},
         slot_scope=options.slot_scope,
