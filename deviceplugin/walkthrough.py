@@ -184,10 +184,10 @@ class Demo:
                 self._stack.close()
 
     def _walkthrough(self) -> int:
+        """The seven sections, in order; each leaves what it started on the ExitStack. How many ran pinned."""
         s = self.settings
         this_machine = s.sysfs_root.resolve() == Path("/sys").resolve()
         node = plan_node(discover(s.sysfs_root, s.procfs_root), s.plan)
-        topology = node.topology
         with _signals_deferred():
             workdir = Path(tempfile.mkdtemp(prefix="cmk-demo-"))
             self._stack.callback(_quietly(f"removing {workdir}", lambda: shutil.rmtree(workdir)))
@@ -195,10 +195,38 @@ class Demo:
         daemon = Daemon(DaemonSettings(kubelet_dir=workdir / "device-plugins", sysfs_root=s.sysfs_root,
                                        procfs_root=s.procfs_root, install_dir=str(install_dir), plan=s.plan),
                         node=node)
-        containers = view.demo_containers(daemon.plan, cores=len(topology.cores))
+        containers = view.demo_containers(daemon.plan, cores=len(node.topology.cores))
 
         self.out("cmk demo: the seed pod on this machine, with no cluster")
         self._section("1. Start the device plugin and a kubelet stand-in")
+        kubelet, pinner = self._start_node(daemon, node.topology, this_machine, workdir, install_dir)
+
+        self._section("2. The node, as kubectl describe node shows it")
+        self._node(kubelet, full=True)
+
+        self._section(f"3. Admit pod {view.POD_NAME}: one container per pool, one device each")
+        admitted = self._admit(kubelet, containers)
+
+        self._section("4. Run each container's command through the pinner, with its Allocate env")
+        self._run_containers(admitted, pinner, this_machine)
+
+        self._section("5. The node while the pod holds its devices")
+        self._node(kubelet)
+        if s.hold > 0:
+            self._hold()
+
+        self._section("6. Delete the pod: SIGTERM its processes, free its devices")
+        self._delete_pod(kubelet)
+        self._node(kubelet)
+
+        self._section("7. Stop and clean up")
+        return self._clean_up(workdir)
+
+    # --- the sections ---------------------------------------------------------------------
+
+    def _start_node(self, daemon: Daemon, topology: Topology, this_machine: bool, workdir: Path,
+                    install_dir: Path) -> tuple[Kubelet, Path]:
+        """Section 1: the pinner installed, the stand-in and the daemon started, every pool registered."""
         pinner = self._install_pinner(workdir, install_dir)
         kubelet = Kubelet(workdir / "device-plugins", seed=0)
         # A gRPC server or call left behind by an exception can block its finalizer forever:
@@ -225,11 +253,11 @@ class Demo:
         ]))
         for note in daemon.plan.notes:
             self.out(f"  note: {note}")
+        return kubelet, pinner
 
-        self._section("2. The node, as kubectl describe node shows it")
-        self._node(kubelet, full=True)
-
-        self._section(f"3. Admit pod {view.POD_NAME}: one container per pool, one device each")
+    def _admit(self, kubelet: Kubelet, containers: tuple[view.DemoContainer, ...]
+               ) -> list[tuple[view.DemoContainer, AdmittedContainer]]:
+        """Section 3: the seed pod admitted, with each container's devices and Allocate answer."""
         for container in containers:
             if container.note:
                 self.out(f"  note: {container.note}")
@@ -245,15 +273,18 @@ class Demo:
         self.out(*view.table(rows))
         for mount in sorted({(m.container_path, m.host_path, m.read_only) for _, g in admitted for m in g.answer.mounts}):
             self.out(f"  mount (every answer): {mount[0]} <- {mount[1]}{' (read-only)' if mount[2] else ''}")
+        return admitted
 
-        self._section("4. Run each container's command through the pinner, with its Allocate env")
+    def _run_containers(self, admitted: list[tuple[view.DemoContainer, AdmittedContainer]], pinner: Path,
+                        this_machine: bool) -> None:
+        """Section 4: each command through the pinner, its affinity read back from /proc."""
         if not this_machine:
             self.out("  note: the topology is a dump, not this machine, so the Allocate answers name the dump's CPUs. "
                      "Where this machine has the same CPU numbers the pinner pins to them for real; where it has "
                      "not, the pinner refuses to start the workload (as in a container whose cpuset lacks them) "
                      "and the demo shows its refusal instead of an affinity")
         self.out(*view.table([["CONTAINER", f"COMMAND ({view.PINNER} runs from the mount above)"]]
-                             + [[c.name, " ".join(c.command)] for c in containers]))
+                             + [[c.name, " ".join(c.command)] for c, _ in admitted]))
         allowed = frozenset(os.sched_getaffinity(0))
         for container, got in admitted:
             self._start(container, got, allowed=allowed)
@@ -261,19 +292,15 @@ class Demo:
             self._await_exec(running, pinner)
         self._show_processes()
 
-        self._section("5. The node while the pod holds its devices")
-        self._node(kubelet)
-        if s.hold > 0:
-            pids = " ".join(str(r.popen.pid) for r in self._running if not r.refusal) or "none running"
-            self.out("", f"holding {s.hold:g} s (PIDs: {pids}): inspect them, e.g. taskset -cp PID; "
-                         "Enter goes on now, Ctrl-C stops and cleans up")
-            hold(s.hold, self.settings.stdin)
+    def _hold(self) -> None:
+        """Section 5's pause, so the processes can be inspected from another terminal."""
+        pids = " ".join(str(r.popen.pid) for r in self._running if not r.refusal) or "none running"
+        self.out("", f"holding {self.settings.hold:g} s (PIDs: {pids}): inspect them, e.g. taskset -cp PID; "
+                     "Enter goes on now, Ctrl-C stops and cleans up")
+        hold(self.settings.hold, self.settings.stdin)
 
-        self._section("6. Delete the pod: SIGTERM its processes, free its devices")
-        self._delete_pod(kubelet)
-        self._node(kubelet)
-
-        self._section("7. Stop and clean up")
+    def _clean_up(self, workdir: Path) -> int:
+        """Section 7: everything unwound, and the one-line verdict; how many containers ran pinned."""
         with _signals_ignored():
             self._stack.close()
         self.out(f"  device plugin stopped (sockets removed), kubelet stand-in stopped, {workdir} removed")
