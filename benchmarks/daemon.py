@@ -35,7 +35,7 @@ from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from benchmarks.timing import samples_ms
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
-from deviceplugin.standin import Kubelet
+from deviceplugin.standin import Kubelet, KubeletOptions
 
 REPO = Path(__file__).resolve().parents[1]
 SOCKETS, NODES_PER_SOCKET, CORES_PER_NODE, THREADS = 4, 2, 64, 2  # 1,024 CPUs, 8 NUMA nodes
@@ -108,7 +108,7 @@ def main() -> int:
         roots = write_synthetic_sysfs(work / "machine", SOCKETS, NODES_PER_SOCKET, CORES_PER_NODE, THREADS,
                                       isolated=sorted(set(range(cpus)) - node0))
         plugin_dir, sys_dir = work / "dp", work / "dp-sys"
-        kubelet = Kubelet(plugin_dir, seed=0)
+        kubelet = Kubelet(plugin_dir, KubeletOptions(seed=0))
         kubelet.start()
         kubelets.append(kubelet)
         daemon = start_daemon(plugin_dir, "--sysfs-root", str(roots.sysfs), "--procfs-root", str(roots.procfs))
@@ -174,7 +174,7 @@ def main() -> int:
                      f"{statistics.median(drops) * 1000:.0f} / {worst * 1000:.0f} ms", "< 1 s", 1 / worst))
 
         # Idle: this daemon (inotify on the synthetic tree) beside one on the real /sys (uevents).
-        sys_kubelet = Kubelet(sys_dir, seed=0)
+        sys_kubelet = Kubelet(sys_dir, KubeletOptions(seed=0))
         sys_kubelet.start()
         kubelets.append(sys_kubelet)
         processes.append(start_daemon(sys_dir))

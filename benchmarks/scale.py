@@ -64,7 +64,7 @@ from benchmarks.daemon import (
 from benchmarks.synthetic_sysfs import write_synthetic_sysfs
 from benchmarks.timing import samples_ms
 from deviceplugin.host.cgroups import scan
-from deviceplugin.standin import Kubelet
+from deviceplugin.standin import Kubelet, KubeletOptions
 from tests.support.procfs_counters import Known, write_counters
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,7 +171,7 @@ def measure(table: Table, cpus: int, work: Path, cgroups: Path, calls: int) -> N
     served = served_pools(sysfs, procfs)
     roots = ["--sysfs-root", str(sysfs), "--procfs-root", str(procfs)]
     processes: list[subprocess.Popen[bytes]] = []
-    kubelet = Kubelet(work / f"dp{cpus}", pod_resources_socket=work / f"pr{cpus}.sock", seed=0)
+    kubelet = Kubelet(work / f"dp{cpus}", KubeletOptions(pod_resources_socket=work / f"pr{cpus}.sock", seed=0))
     kubelet.start()
     try:
         # Start: the floor is as many bare grpc servers, spawned until their sockets exist.

@@ -36,7 +36,7 @@ from deviceplugin.model.devices import device_tree
 from deviceplugin.model.plan import PlanOptions, plan_pools
 from deviceplugin.observe.cpumetrics import CpuCollector
 from deviceplugin.observe.metrics import Metrics, PoolCollector
-from deviceplugin.standin import Kubelet
+from deviceplugin.standin import Kubelet, KubeletOptions
 from tests.support.monitoring import PROMETHEUS_ACCEPT
 from tests.support.procfs_counters import Known, write_counters
 
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     formats = []
     with tempfile.TemporaryDirectory(prefix="cmk-bench-scrape-", dir="/tmp") as scratch:
         root = Path(scratch)
-        kubelet = Kubelet(root / "plugins", pod_resources_socket=root / "pod-resources.sock")
+        kubelet = Kubelet(root / "plugins", KubeletOptions(pod_resources_socket=root / "pod-resources.sock"))
         kubelet.start()
         try:
             synthetic = write_synthetic_sysfs(root / "synthetic", *SYNTHETIC, isolated=range(0, 1024, 2))

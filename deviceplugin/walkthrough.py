@@ -38,7 +38,13 @@ from deviceplugin.model.answers import ENV_NAMES
 from deviceplugin.model.node import plan_node
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import Topology
-from deviceplugin.standin import AdmittedContainer, ContainerSpec, Kubelet, PodSpec
+from deviceplugin.standin import (
+    AdmittedContainer,
+    ContainerSpec,
+    Kubelet,
+    KubeletOptions,
+    PodSpec,
+)
 from deviceplugin.view import seedpod as view
 from pinner.contract import IsolateExit
 from pinner.cpulist import format_cpu_list, parse_cpu_list
@@ -228,7 +234,7 @@ class Demo:
                     install_dir: Path) -> tuple[Kubelet, Path]:
         """Section 1: the pinner installed, the stand-in and the daemon started, every pool registered."""
         pinner = self._install_pinner(workdir, install_dir)
-        kubelet = Kubelet(workdir / "device-plugins", seed=0)
+        kubelet = Kubelet(workdir / "device-plugins", KubeletOptions(seed=0))
         # A gRPC server or call left behind by an exception can block its finalizer forever:
         # starting (and, below, admitting) completes before a Ctrl-C is acted on; both take milliseconds.
         with _signals_deferred():

@@ -8,6 +8,7 @@ kubelet. Import the pieces from here.
 from deviceplugin.standin.answers import Conflict, ContainerAnswer, DeviceNode, Mount
 from deviceplugin.standin.lifecycle import ContainerStartError
 from deviceplugin.standin.nodedevices import Device
+from deviceplugin.standin.options import KubeletOptions
 from deviceplugin.standin.plugin_client import PluginOptions
 from deviceplugin.standin.pods import (
     AdmissionError,
@@ -29,6 +30,7 @@ __all__ = [
     "Device",
     "DeviceNode",
     "Kubelet",
+    "KubeletOptions",
     "Mount",
     "PluginOptions",
     "PodSpec",

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
-from deviceplugin.standin.standin import Kubelet
+from deviceplugin.standin.standin import Kubelet, KubeletOptions
 from deviceplugin.standin.topologymanager import TopologyPolicy
 from pinner.cpulist import parse_cpu_list
 
@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     try:
         try:
-            kubelet = Kubelet(args.plugin_dir, pod_resources_socket=args.pod_resources_socket,
-                              grace_period=args.grace_period, topology_policy=args.topology_manager_policy,
-                              numa_nodes=sorted(args.numa_nodes))
+            kubelet = Kubelet(args.plugin_dir, KubeletOptions(
+                pod_resources_socket=args.pod_resources_socket, grace_period=args.grace_period,
+                topology_policy=args.topology_manager_policy, numa_nodes=sorted(args.numa_nodes)))
             kubelet.start()
         except (CmkError, OSError) as error:
             print(f"kubelet stand-in: {error}", file=sys.stderr)

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
+from deviceplugin.standin import ContainerSpec, Kubelet, KubeletOptions, PodSpec
 from tests.cluster.deploy import (
     DAEMONSET,
     DEPLOY,
@@ -146,7 +146,7 @@ def real(deployed: Deployment) -> Seen:
 def standin(deployed: Deployment) -> Iterator[Seen]:
     with tempfile.TemporaryDirectory(prefix="cmk-parity-") as work:
         plugin_dir = Path(work) / "device-plugins"
-        kubelet = Kubelet(plugin_dir, pod_resources_socket=Path(work) / "pod-resources.sock")
+        kubelet = Kubelet(plugin_dir, KubeletOptions(pod_resources_socket=Path(work) / "pod-resources.sock"))
         kubelet.start()
         process = daemon_process(plugin_dir, Path("/sys"), Path("/proc"), "--config", str(DEPLOY / "base/config.yaml"),
                                  "--metrics-address", "127.0.0.1:0", "--log-format", "json",

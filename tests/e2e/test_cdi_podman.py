@@ -32,7 +32,7 @@ from deviceplugin.host.sysfs import discover
 from deviceplugin.model import cdispec
 from deviceplugin.model.devices import core_device_ids
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
-from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
+from deviceplugin.standin import ContainerSpec, Kubelet, KubeletOptions, PodSpec
 from deviceplugin.standin.answers import ContainerAnswer
 from pinner import hook
 from pinner.contract import ENV_NAMES, LIST_HINT
@@ -67,7 +67,7 @@ def node(install_dir: Path) -> Iterator[Node]:
     work = Path(tempfile.mkdtemp(prefix="cmk-cdi-e2e-", dir="/tmp"))  # short: unix socket paths
     plugin_dir, cdi_dir = work / "dp", work / "cdi"
     plugin_dir.mkdir()
-    kubelet = Kubelet(plugin_dir, seed=0)
+    kubelet = Kubelet(plugin_dir, KubeletOptions(seed=0))
     kubelet.start()
     daemon = subprocess.Popen(
         [sys.executable, "-m", "deviceplugin", "device-plugin", "--kubelet-dir", str(plugin_dir),

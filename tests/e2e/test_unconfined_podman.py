@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.model.confinement import Reason
-from deviceplugin.standin import Kubelet
+from deviceplugin.standin import Kubelet, KubeletOptions
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.e2e.conftest import ROOT
 from tests.support.daemon import daemon_process
@@ -56,7 +56,7 @@ def metrics(node: NodeWide, install_dir: Path) -> Iterator[Callable[[], float]]:
     with tempfile.TemporaryDirectory(prefix="cmk-unconf-", dir="/tmp") as work:
         plugin_dir = Path(work) / "dp"
         plugin_dir.mkdir()
-        kubelet = Kubelet(plugin_dir, seed=0)
+        kubelet = Kubelet(plugin_dir, KubeletOptions(seed=0))
         kubelet.start()
         process = daemon_process(plugin_dir, Path("/sys"), Path("/proc"), "--excl-non-isolcpus", node.core,
                                  "--install-dir", str(install_dir), "--no-cdi", "--no-infra-record", "--no-nfd",

@@ -153,9 +153,10 @@ class Node:
         sockets in the plugin directory (the daemon makes them all before it
         registers any), with a live registration and devices in ListAndWatch.
         """
-        from deviceplugin.standin import Kubelet
+        from deviceplugin.standin import Kubelet, KubeletOptions
 
-        kubelet = self.kubelet = Kubelet(self.plugin_dir, pod_resources_socket=self.pod_resources_socket, seed=0)
+        kubelet = self.kubelet = Kubelet(self.plugin_dir, KubeletOptions(pod_resources_socket=self.pod_resources_socket,
+                                                                          seed=0))
         kubelet.start()
         deadline = time.monotonic() + WAIT_SECONDS
         while not list(self.cdi_dir.glob("*.json")) and time.monotonic() < deadline:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deviceplugin.standin import Kubelet
+from deviceplugin.standin import Kubelet, KubeletOptions
 from tests.support.daemon import start_daemon  # noqa: F401  (fixtures the protocol tests share)
 from tests.support.plugins import plugins, registered  # noqa: F401
 
@@ -29,7 +29,7 @@ def make_kubelet(plugin_dir: Path) -> Iterator[Callable[..., Kubelet]]:
 
     def make(**settings: object) -> Kubelet:
         settings = {"seed": 0, "pod_resources_socket": plugin_dir / "pod-resources.sock", **settings}
-        kubelet = Kubelet(plugin_dir, **settings)  # type: ignore[arg-type]
+        kubelet = Kubelet(plugin_dir, KubeletOptions(**settings))  # type: ignore[arg-type]
         kubelet.start()
         started.append(kubelet)
         return kubelet

@@ -71,7 +71,7 @@ def test_a_pool_whose_stream_the_kubelet_dropped_registers_again(kubelet, start_
 
 def test_registered_means_the_kubelet_holds_the_stream(kubelet, start_daemon, tmp_path, monkeypatch):
     """Before: a pool counted as registered for good once Register had returned to the same kubelet."""
-    from deviceplugin.standin import standin
+    from deviceplugin.standin import devicemanager
 
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
     daemon = start_daemon(sysfs, procfs)
@@ -79,8 +79,8 @@ def test_registered_means_the_kubelet_holds_the_stream(kubelet, start_daemon, tm
     # The daemon records a pool once its Register returned, which can come after the kubelet's first
     # snapshot of the stream: its own view is awaited, not read at the kubelet's moment.
     kubelet.wait_for(lambda: daemon.registered_resources() == SERVED, what="the daemon's view: all registered")
-    original = standin.registration_problem
-    monkeypatch.setattr(standin, "registration_problem", lambda request: (
+    original = devicemanager.registration_problem
+    monkeypatch.setattr(devicemanager, "registration_problem", lambda request: (
         "refused by this test" if request.resource_name == SHARED else original(request)))
     kubelet.drop_stream(SHARED)  # the same kubelet stays up, and refuses the pool from now on
     kubelet.wait_for(lambda: not daemon.servers[SHARED].streaming, what="stream ended on the daemon's side")
@@ -89,11 +89,11 @@ def test_registered_means_the_kubelet_holds_the_stream(kubelet, start_daemon, tm
 
 def test_one_pool_refused_by_the_kubelet_does_not_hold_the_others_up(make_kubelet, plugin_dir, tmp_path):
     """Before: pools registered one after the other, so one refused pool kept the rest away for good."""
-    from deviceplugin.standin import standin
+    from deviceplugin.standin import devicemanager
 
     refused = EXCLUSIVE
-    original = standin.registration_problem
-    standin.registration_problem = lambda request: (  # type: ignore[assignment]
+    original = devicemanager.registration_problem
+    devicemanager.registration_problem = lambda request: (  # type: ignore[assignment]
         "refused by this test" if request.resource_name == refused else original(request))
     try:
         kubelet = make_kubelet()
@@ -108,7 +108,7 @@ def test_one_pool_refused_by_the_kubelet_does_not_hold_the_others_up(make_kubele
         finally:
             daemon.stop()
     finally:
-        standin.registration_problem = original
+        devicemanager.registration_problem = original
 
 
 def test_a_register_in_flight_across_a_restart_never_reaches_the_new_server(make_kubelet, plugin_dir, tmp_path):

@@ -20,7 +20,7 @@ import pytest
 from api.constants import HEALTHY, UNHEALTHY
 from api.v1beta1 import deviceplugin_pb2 as pb
 from deviceplugin.errors import CmkError
-from deviceplugin.standin import Kubelet
+from deviceplugin.standin import Kubelet, KubeletOptions
 from deviceplugin.standin.lifecycle import ContainerStartError
 from tests.support.plugins import FOUR, MiniPlugin, R, pod
 
@@ -127,12 +127,12 @@ def test_the_cdi_gate_can_be_turned_on_in_1_28_and_off_in_1_30_only(cdi_kubelet,
     kubelet, _, cdi_dir = cdi_kubelet(version="1.28", feature_gates={"DevicePluginCDIDevices": True})
     write_cdi_spec(cdi_dir)
     assert kubelet.admit(pod("p", {R: 1})).container("c0").answer.cdi_devices == (CDI_NAME,)
-    assert Kubelet(plugin_dir, version="1.30", feature_gates={"DevicePluginCDIDevices": False}).gates == {
+    assert Kubelet(plugin_dir, KubeletOptions(version="1.30", feature_gates={"DevicePluginCDIDevices": False})).gates == {
         "DevicePluginCDIDevices": False, "KubeletPodResourcesGet": False}
     with pytest.raises(CmkError, match="GA and locked on in kubelet 1.31"):
-        Kubelet(plugin_dir, version="1.31", feature_gates={"DevicePluginCDIDevices": False})
+        Kubelet(plugin_dir, KubeletOptions(version="1.31", feature_gates={"DevicePluginCDIDevices": False}))
     with pytest.raises(CmkError, match="choose one of 1.28, "):
-        Kubelet(plugin_dir, version="1.27")
+        Kubelet(plugin_dir, KubeletOptions(version="1.27"))
 
 
 # -- the grace period and the endpoint cleanup -------------------------------------------------------
