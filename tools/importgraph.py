@@ -1,4 +1,4 @@
-"""Measure the import graph of the project's packages: modules, arrows, floors, fan-out, who loads grpc.
+"""Measure the import graph of the project's packages: modules, arrows, floors, circles, rooms, who loads grpc.
 
 Reads the sources with :mod:`ast` (nothing is imported), so it also reads a
 tree that does not install (``--root``, e.g. another worktree). Every import
@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("deviceplugin", "pinner", "api")
 #: The daemon and the subcommand table, before and after the restructuring.
-COMPOSITION_ROOTS = ("deviceplugin.daemon", "deviceplugin.commands", "deviceplugin.cli.commands")
+COMPOSITION_ROOTS = ("deviceplugin.daemon", "deviceplugin.daemon.supervisor", "deviceplugin.commands",
+                     "deviceplugin.cli.commands")
 HEAVY = ("grpc", "watchdog", "prometheus_client", "socket")
 
 
@@ -131,8 +132,63 @@ class Graph:
         """Floor of a module: 0 imports no project module, else one above its highest import."""
         return 1 + max((self.depth(m) for m in self.internal[module]), default=-1)
 
+    def circles(self) -> list[list[str]]:
+        """Sets of modules that import each other round (Tarjan's components of more than one), largest first."""
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        stack: list[str] = []
+        found: list[list[str]] = []
+        for start in sorted(self.internal):
+            if start in index:
+                continue
+            work = [(start, iter(sorted(self.internal[start])))]
+            index[start] = low[start] = len(index)
+            stack.append(start)
+            while work:
+                node, targets = work[-1]
+                target = next(targets, None)
+                if target is None:
+                    work.pop()
+                    if work:
+                        low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                    if low[node] == index[node]:
+                        component = []
+                        while True:
+                            member = stack.pop()
+                            component.append(member)
+                            if member == node:
+                                break
+                        if len(component) > 1:
+                            found.append(sorted(component))
+                elif target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    work.append((target, iter(sorted(self.internal[target]))))
+                elif target in stack:
+                    low[node] = min(low[node], index[target])
+        return sorted(found, key=len, reverse=True)
+
     def loads(self, module: str, outside: str) -> bool:
         return any(outside in self.external[m] for m in self.closure(module) | {module})
+
+
+#: How many of the biggest modules the summary names, and from how many lines a function is long.
+ROOMS = 6
+LONG_FUNCTION = 60
+
+
+def _path(root: Path, module: str) -> Path:
+    return modules(root)[module]
+
+
+def _lines(root: Path, module: str) -> int:
+    return len(_path(root, module).read_text().splitlines())
+
+
+def _function_lengths(root: Path, module: str) -> list[int]:
+    tree = ast.parse(_path(root, module).read_text())
+    return [node.end_lineno - node.lineno + 1 for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None]
 
 
 def summary(root: Path) -> list[str]:
@@ -143,13 +199,18 @@ def summary(root: Path) -> list[str]:
         members = [m for m in internal if m == package or m.startswith(package + ".")]
         inside = sum(1 for m in members for t in internal[m] if t.split(".")[0] == package)
         lines.append(f"{package}: {len(members)} modules, {inside} arrows inside")
-    floors: dict[int, int] = {}
-    for module in internal:
-        floors[lazy.depth(module)] = floors.get(lazy.depth(module), 0) + 1
-    lines.append(f"all: {len(internal)} modules, {sum(len(v) for v in internal.values())} import arrows "
-                 f"({sum(len(v) for v in eager.internal.values())} eager), "
-                 f"{len(floors)} floors (longest path {max(floors)})")
-    lines.append("  modules per floor: " + " ".join(f"{f}:{n}" for f, n in sorted(floors.items())))
+    arrows = (f"all: {len(internal)} modules, {sum(len(v) for v in internal.values())} import arrows "
+              f"({sum(len(v) for v in eager.internal.values())} eager)")
+    circles = lazy.circles()
+    if circles:  # floors are undefined on a circle: say where it is instead of recursing forever
+        lines.append(f"{arrows}, circles: {len(circles)}")
+        lines.extend(f"  circle: {' '.join(circle)}" for circle in circles)
+    else:
+        floors: dict[int, int] = {}
+        for module in internal:
+            floors[lazy.depth(module)] = floors.get(lazy.depth(module), 0) + 1
+        lines.append(f"{arrows}, {len(floors)} floors (longest path {max(floors)}), circles: 0")
+        lines.append("  modules per floor: " + " ".join(f"{f}:{n}" for f, n in sorted(floors.items())))
     packages = sorted({m.rsplit(".", 1)[0] for m in internal if m.startswith("deviceplugin.")})
     lines.append(f"deviceplugin folders: {len(packages)} ({' '.join(packages)})")
     for root_module in COMPOSITION_ROOTS:
@@ -157,6 +218,11 @@ def summary(root: Path) -> list[str]:
             lines.append(f"fan-out of {root_module}: {len(internal[root_module])} direct, "
                          f"{len(lazy.closure(root_module))} transitive")
     ours = [m for m in internal if m.startswith("deviceplugin")]
+    lines.append("biggest deviceplugin modules (lines): " + " ".join(
+        f"{m}:{n}" for m, n in sorted(((m, _lines(root, m)) for m in ours), key=lambda item: -item[1])[:ROOMS]))
+    lengths = [length for m in ours for length in _function_lengths(root, m)]
+    lines.append(f"deviceplugin functions over {LONG_FUNCTION} lines: {sum(1 for n in lengths if n > LONG_FUNCTION)} "
+                 f"of {len(lengths)}")
     reach = sorted(m for m in ours if lazy.loads(m, "grpc"))
     load = sorted(m for m in ours if eager.loads(m, "grpc"))
     lines.append(f"deviceplugin modules that can reach grpc (any import): {len(reach)} of {len(ours)}")

@@ -42,8 +42,25 @@ def test_a_submodule_imported_from_its_package_is_an_arrow_to_the_submodule_only
                                                               "deviceplugin.standin.lifecycle"}
 
 
+def test_a_circle_is_reported_with_its_modules_not_recursed_into(tmp_path: Path) -> None:
+    """Before: depth() recursed round the circle until RecursionError (a lazy import made one)."""
+    write(tmp_path, {
+        "deviceplugin/__init__.py": "",
+        "deviceplugin/a.py": "from deviceplugin import b\n",
+        "deviceplugin/b.py": "def f():\n    from deviceplugin import a\n",
+        "deviceplugin/c.py": "from deviceplugin import a\n",
+    })
+    graph = importgraph().Graph(tmp_path, eager=False)
+    assert graph.circles() == [["deviceplugin.a", "deviceplugin.b"]]
+    lines = importgraph().summary(tmp_path)
+    assert any(line.endswith("circles: 1") for line in lines)
+    assert "  circle: deviceplugin.a deviceplugin.b" in lines
+
+
 def test_the_summary_of_this_tree_names_every_package_and_the_composition_roots() -> None:
     lines = importgraph().summary(ROOT)
     assert [line.split(":")[0] for line in lines[:3]] == ["deviceplugin", "pinner", "api"]
     assert any(line.startswith("fan-out of deviceplugin.daemon:") for line in lines)
     assert any(line.startswith("fan-out of deviceplugin.cli.commands:") for line in lines)
+    assert any(line.endswith("circles: 0") for line in lines)  # this tree has none
+    assert any(line.startswith("biggest deviceplugin modules (lines): ") for line in lines)
