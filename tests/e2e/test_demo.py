@@ -22,9 +22,9 @@ import psutil
 import pytest
 
 from pinner.cpulist import parse_cpu_list
-from tests.pinner.conftest import topology
 from tests.support.hookrun import cpus_allowed as allowed_list
 from tests.support.native import ensure_native_pinner
+from tests.support.topologies import topology
 
 pytestmark = pytest.mark.e2e
 

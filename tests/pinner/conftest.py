@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.native import ensure_native_pinner
-from tests.support.topologies import FIXTURES
 
 ROOT = Path(__file__).resolve().parents[2]
 CPUSET_V1 = Path("/sys/fs/cgroup/cpuset")
@@ -67,14 +66,6 @@ def native_cmk() -> Path:
 @pytest.fixture
 def pinner(native_cmk: Path) -> Pinner:
     return Pinner("native", (str(native_cmk), "isolate"))
-
-
-def topology(name: str) -> Path:
-    """A real machine's dump, from ``CMK_FIXTURES`` like every other test's (:mod:`tests.support.topologies`)."""
-    path = FIXTURES / name
-    if not path.is_dir():
-        raise FileNotFoundError(f"topology fixture {name} not found in {FIXTURES} (set CMK_FIXTURES)")
-    return path
 
 
 def affinity_here() -> str:

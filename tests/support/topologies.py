@@ -72,3 +72,11 @@ def take_offline_as_the_kernel_does(sysfs: Path, cpu: int) -> None:
     for sibling in siblings - {cpu}:
         (cpu_dir / f"cpu{sibling}/topology/thread_siblings_list").write_text(f"{sibling}\n")
         (cpu_dir / f"cpu{sibling}/topology/thread_siblings").write_text(f"{1 << sibling:x}\n")
+
+
+def topology(name: str) -> Path:
+    """A real machine's dump, from ``CMK_FIXTURES`` like every other test's."""
+    path = FIXTURES / name
+    if not path.is_dir():
+        raise FileNotFoundError(f"topology fixture {name} not found in {FIXTURES} (set CMK_FIXTURES)")
+    return path

@@ -34,7 +34,7 @@ def test_the_shipped_dump_carries_its_license():
 def test_cmk_fixtures_relocates_the_dumps_for_every_test_folder(tmp_path):
     """The README says CMK_FIXTURES points the tests elsewhere: the pinner tests used to ignore it."""
     (tmp_path / "somewhere").mkdir()
-    code = ("from tests.support.topologies import FIXTURES; from tests.pinner.conftest import topology; "
+    code = ("from tests.support.topologies import FIXTURES, topology; "
             "print(FIXTURES); print(topology('somewhere'))")
     shown = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={"CMK_FIXTURES": str(tmp_path), "PATH": "/usr/bin"},
                            capture_output=True, text=True, check=True).stdout.split()
