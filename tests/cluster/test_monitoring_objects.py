@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 
 from tests.cluster.node import Node
+from tests.support.manifests import DEPLOY
 from tests.support.monitoring import OPERATOR_CRDS, operator_crd_dir
-from tests.unit.test_deploy import DEPLOY
 
 
 def test_the_api_server_takes_every_monitoring_object_with_the_operators_crds(node: Node) -> None:

@@ -19,15 +19,14 @@ from prometheus_client.samples import Sample
 
 from deviceplugin.observe.metrics import FIXED_FORMATS
 from deviceplugin.standin import Kubelet
-from tests.protocol.test_daemon import (
+from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
     SHARED,
     three_pool_pod,
     wait_registered,
 )
-from tests.protocol.test_metrics_lint import lint
-from tests.protocol.test_observe import metered_daemon
+from tests.support.metrics import lint, metered_daemon
 from tests.support.monitoring import PROMETHEUS_ACCEPT
 
 

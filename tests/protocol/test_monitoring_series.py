@@ -14,15 +14,15 @@ import urllib.request
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from deviceplugin.standin import Kubelet
-from tests.protocol.test_daemon import (
+from tests.support.cgroups import container, cpuset_root
+from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
     SHARED,
     three_pool_pod,
     wait_registered,
 )
-from tests.protocol.test_observe import metered_daemon
-from tests.protocol.test_unconfined_metrics import container, cpuset_root
+from tests.support.metrics import metered_daemon
 from tests.support.monitoring import (
     PROMETHEUS_ACCEPT,
     SCRAPE_SERIES,

@@ -24,15 +24,15 @@ from typing import Any
 import yaml
 
 from deviceplugin.standin import Kubelet
-from tests.protocol.test_daemon import (
+from tests.support.cgroups import container, cpuset_root
+from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
     SHARED,
     three_pool_pod,
     wait_registered,
 )
-from tests.protocol.test_observe import metered_daemon
-from tests.protocol.test_unconfined_metrics import container, cpuset_root
+from tests.support.metrics import metered_daemon
 from tests.support.monitoring import RULE_FILES, queries
 from tests.support.procfs_counters import Known, write_counters
 

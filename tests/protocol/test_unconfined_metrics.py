@@ -12,8 +12,7 @@ from deviceplugin.model.plan import Pool
 from deviceplugin.observe.cgroupmetrics import UnconfinedCollector
 from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
-from pinner import hook
-from pinner.cpulist import format_cpu_list
+from tests.support.cgroups import container, cpuset_root
 from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,
@@ -27,14 +26,6 @@ from tests.support.topologies import fixture_copy
 UP = ("cmk_cgroup_scan_up", frozenset())
 COUNT, WIDENED = (("cmk_unconfined_containers", frozenset({("reason", reason)}))
                   for reason in (Reason.STARTED_BEFORE_HOOK, Reason.WIDENED))
-
-
-def container(root: Path, name: str, cpus: object, *, hooked: bool = False) -> None:
-    path = root / "kubepods" / name
-    path.mkdir(parents=True)
-    (path / "cpuset.effective_cpus").write_text(format_cpu_list(cpus) + "\n")  # type: ignore[arg-type]
-    if hooked:
-        (path / hook.CONFINED_CGROUP).mkdir()  # the hook ran for it
 
 
 def registry_of(daemon: Daemon, kubelet: Kubelet, confinement: UnconfinedCollector) -> CollectorRegistry:
@@ -51,14 +42,6 @@ def xeon_d_daemon(kubelet: Kubelet, start_daemon, tmp_path: Path) -> tuple[Path,
     daemon = start_daemon(sysfs, procfs, num_exclusive_cores=3, num_shared_cores=1)
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     return sysfs, procfs, daemon
-
-
-def cpuset_root(sysfs: Path) -> Path:
-    """A cgroup v1 cpuset hierarchy under the dump, holding all 16 CPUs and no container yet."""
-    root = sysfs / "fs/cgroup/cpuset"
-    root.mkdir(parents=True)
-    (root / "cpuset.effective_cpus").write_text("0-15\n")
-    return root
 
 
 def test_the_count_follows_the_cgroup_tree_and_what_the_kubelet_says_containers_hold(kubelet: Kubelet,

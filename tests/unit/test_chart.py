@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.unit.test_deploy import DEPLOY, ROOT, VERSIONS, objects, render
+from tests.support.manifests import DEPLOY, ROOT, VERSIONS, objects, render
 
 CHART = ROOT / "charts" / "cmk-deviceplugin"
 NAMESPACE = "cmk-system"

@@ -21,7 +21,7 @@ from tests.support.monitoring import (
     series_names,
     substitute,
 )
-from tests.unit.test_prometheus_rules import RULE_FILES, alerts, promtool
+from tests.support.promtool import RULE_FILES, alerts, promtool
 
 
 def check_as_rules(exprs: list[str], tmp_path: Path) -> tuple[int, str]:

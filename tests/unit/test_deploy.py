@@ -9,9 +9,7 @@ overlay cannot undo what the base promises.
 from __future__ import annotations
 
 import shlex
-import subprocess
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,28 +20,13 @@ import yaml
 from deviceplugin.cli.commands import build_parser
 from deviceplugin.cli.configfile import apply_config, parse_config
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
+from tests.support.manifests import DEPLOY, OLDEST, ROOT, VERSIONS, objects, render
 from tests.support.monitoring import validate_operator_object
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
 KUSTOMIZATIONS = sorted(path.parent.relative_to(DEPLOY).as_posix() for path in DEPLOY.rglob("kustomization.yaml"))
-OLDEST = "1.30.0"
-VERSIONS = sorted({OLDEST, kubernetes_validate.latest_version()})
 POD_KINDS = {"Pod", "DaemonSet", "Deployment", "StatefulSet", "Job", "CronJob", "ReplicaSet"}
 RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
 POOL_OF_RESOURCE = {resource: str(pool) for pool, resource in RESOURCE_NAMES.items()}
-
-
-@cache
-def render(kustomization: str) -> tuple[dict[str, Any], ...]:
-    proc = subprocess.run(["kubectl", "kustomize", str(DEPLOY / kustomization)],
-                          capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, f"kubectl kustomize {kustomization}: {proc.stderr}"
-    return tuple(doc for doc in yaml.safe_load_all(proc.stdout) if doc)
-
-
-def objects(kind: str, kustomization: str) -> list[dict[str, Any]]:
-    return [obj for obj in render(kustomization) if obj["kind"] == kind]
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:

@@ -21,14 +21,14 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.support.manifests import render
 from tests.support.monitoring import (
     DASHBOARD,
     ROOT,
     RULE_FILES,
     validate_operator_object,
 )
-from tests.unit.test_deploy import render
-from tests.unit.test_prometheus_rules import JOB, PROMETHEUS
+from tests.support.promtool import JOB, PROMETHEUS
 
 TOOL = ROOT / "tools" / "prometheusrule.py"
 

@@ -11,16 +11,22 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from tests.support.promtool import PROMETHEUS, PROMTOOL, ROOT, promtool
+from tests.support.promtool import (
+    JOB,
+    PROMETHEUS,
+    PROMTOOL,
+    ROOT,
+    RULE_FILES,
+    alerts,
+    promtool,
+    rules_in,
+)
 
-RULE_FILES = sorted(PROMETHEUS.glob("*-rules.yaml"))
 HEALTH = PROMETHEUS / "health-rules.yaml"
-JOB = "cmk-deviceplugin"
 RUNBOOKS = ROOT / "docs" / "user" / "alerts.md"
 #: Where runbook_url points: the runbooks as the repository's web view shows them, an anchor per alert.
 RUNBOOK_URL = "https://github.com/cmk-deviceplugin/cmk-deviceplugin/blob/main/docs/user/alerts.md#"
@@ -28,14 +34,6 @@ RUNBOOK_URL = "https://github.com/cmk-deviceplugin/cmk-deviceplugin/blob/main/do
 
 def unit_tests_of(rules: Path) -> Path:
     return rules.with_name(rules.name.removesuffix(".yaml") + ".test.yaml")
-
-
-def rules_in(rules: Path) -> list[dict[str, Any]]:
-    return [rule for group in yaml.safe_load(rules.read_text())["groups"] for rule in group["rules"]]
-
-
-def alerts(rules: Path) -> list[dict[str, Any]]:
-    return [rule for rule in rules_in(rules) if "alert" in rule]
 
 
 def test_promtool_is_installed_by_ci() -> None:
