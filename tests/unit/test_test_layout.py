@@ -25,10 +25,21 @@ def test_no_test_module_imports_another_test_module() -> None:
     assert not offenders, sorted(offenders)
 
 
-def test_benchmarks_import_only_tests_support() -> None:
+#: The cluster tier's bring-up (node, images, deployment): heavy (the real components, the machine-wide
+#: lock), so it stays with its tier rather than beside the light helpers every tier imports; the cluster
+#: benchmark runs on the same node.
+CLUSTER_BRING_UP = {"tests.cluster.node", "tests.cluster.images", "tests.cluster.deploy"}
+
+
+def test_benchmarks_import_only_tests_support_and_the_cluster_bring_up() -> None:
     offenders = {f"{path.relative_to(ROOT)} -> {name}" for path in (ROOT / "benchmarks").rglob("*.py")
-                 for name in imported(path) if not name.startswith("tests.support")}
+                 for name in imported(path) if not name.startswith("tests.support") and name not in CLUSTER_BRING_UP}
     assert not offenders, sorted(offenders)
+
+
+def test_the_cluster_bring_up_is_no_test_module_and_no_conftest() -> None:
+    assert all((ROOT / (name.replace(".", "/") + ".py")).is_file() for name in CLUSTER_BRING_UP)
+    assert not [name for name in CLUSTER_BRING_UP if name.rpartition(".")[2].startswith(("test_", "conftest"))]
 
 
 def test_each_test_carries_the_marker_of_its_tier(request, pytestconfig) -> None:
