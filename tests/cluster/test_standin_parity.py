@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import shlex
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,7 +37,7 @@ from tests.cluster.deploy import (
 )
 from tests.cluster.node import Node, wait_for
 from tests.support.daemon import daemon_process
-from tests.support.metrics import Samples, parse, scrape
+from tests.support.metrics import Samples, parse, read_until, scrape
 
 #: the daemon's counters of kubelet calls: (metric, label) -> compared per label value
 CALLS = (("cmk_allocate_duration_seconds_count", "pool"), ("cmk_preferred_allocation_duration_seconds_count", "pool"),
@@ -95,22 +94,6 @@ def as_podspec(manifest: dict[str, Any]) -> PodSpec:
         for c in manifest["spec"]["containers"]))
 
 
-def eventually(read: Callable[[], Samples], check: Callable[[Samples], bool]) -> Samples:
-    """Read until ``check`` holds or a minute passed; a read may fail meanwhile (a restarting kubelet
-    answers an exec with "pod does not exist" until it has synced its pods)."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            samples = read()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-        else:
-            if check(samples) or time.monotonic() > deadline:
-                return samples  # the comparison then says what is missing
-        time.sleep(0.5)
-
-
 def registered_again(before: Samples, served: set[str]) -> Callable[[Samples], bool]:
     """Every pool registered again and the restart counted (the count follows the new kubelet.sock's
     inotify event, which the daemon may take after a registration already went through)."""
@@ -136,7 +119,9 @@ def real(deployed: Deployment) -> Seen:
     delete_pod(node, start_pod(node, seed_pod(deployed)))
     node.restart_kubelet()
     wait_for("every pool registered with the new kubelet", lambda: node_shows_registered(node), 120)
-    after = eventually(lambda: scrape_in_pod(node), registered_again(before, deployed.served()))
+    # a restarting kubelet answers an exec with "pod does not exist" until it has synced its pods
+    after = read_until(lambda: scrape_in_pod(node), registered_again(before, deployed.served()),
+                       "every pool registered again and the restart counted", 60, retry_on=(AssertionError,))
     logs = node.kubectl("-n", NAMESPACE, "logs", f"daemonset/{DAEMONSET}", "-c", "daemon", f"--since-time={since}")
     calls, registrations = grown(before, after)
     return Seen(calls, registrations, allocated([text_fields(line) for line in logs.stdout.splitlines()]))
@@ -165,7 +150,8 @@ def standin(deployed: Deployment) -> Iterator[Seen]:
             kubelet.admit(as_podspec(seed_pod(deployed)))
             kubelet.delete_pod("parity")
             kubelet.restart()
-            after = eventually(lambda: scrape(address), registered_again(before, served))
+            after = read_until(lambda: scrape(address), registered_again(before, served),
+                               "every pool registered again and the restart counted", 60)
         finally:
             process.terminate()
             _, rest = process.communicate(timeout=30)

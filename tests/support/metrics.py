@@ -84,13 +84,24 @@ def value(samples: Samples, name: str, **labels: str) -> float | None:
 
 def eventually(address: str, check: Callable[[Samples], bool], what: str, timeout: float = 20.0) -> Samples:
     """Scrape until ``check`` holds: counters move in the daemon a moment after the kubelet sees the effect."""
+    return read_until(lambda: scrape(address), check, what, timeout)
+
+
+def read_until(read: Callable[[], Samples], check: Callable[[Samples], bool], what: str, timeout: float = 20.0,
+               *, retry_on: tuple[type[Exception], ...] = ()) -> Samples:
+    """``read()`` until ``check`` holds; a read raising one of ``retry_on`` is tried again until the timeout."""
     deadline = time.monotonic() + timeout
     while True:
-        samples = scrape(address)
-        if check(samples):
-            return samples
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not seen within {timeout:g} s: {sorted(samples)}")
+        try:
+            samples = read()
+        except retry_on:
+            if time.monotonic() > deadline:
+                raise
+        else:
+            if check(samples):
+                return samples
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} not seen within {timeout:g} s: {sorted(samples)}")
         time.sleep(0.1)
 
 
