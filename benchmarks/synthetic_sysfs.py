@@ -83,6 +83,8 @@ def write_synthetic_sysfs(
         topology_files = {
             "physical_package_id": str(socket),
             "die_id": "0",
+            "die_cpus_list": format_cpu_list(socket_cpus),
+            "die_cpus": _mask(socket_cpus, total),
             "core_id": str(core_in_node + (node % nodes_per_socket) * cores_per_node),
             "cluster_id": str(core),
             "core_cpus_list": format_cpu_list(threads),

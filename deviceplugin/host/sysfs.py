@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -31,10 +31,11 @@ from pinner.packages import PACKAGE_LIST_FILES, number_packages
 _CPU_DIR = re.compile(r"cpu(\d+)")
 _NODE_DIR = re.compile(r"node(\d+)")
 _CACHE_DIR = re.compile(r"index(\d+)")
-_X86_BAD_APICID = 0xFFFF
 _MAX_ID = 2**31 - 1  # topology ids are C ints; -1 is "unknown"
 _NO_CPUS = "(null)"  # what cpu/nohz_full reads when nohz_full is off
 _SIBLING_FILES = ("core_cpus_list", "thread_siblings_list", "core_cpus", "thread_siblings")
+#: An id's file -> the files listing the CPUs that share it (the package's, the die's), list first.
+_GROUP_FILES = {"physical_package_id": PACKAGE_LIST_FILES, "die_id": ("die_cpus_list", "die_cpus")}
 T = TypeVar("T")
 _ROOT_HINT = "pass --sysfs-root the directory that holds devices/system/cpu"
 
@@ -68,10 +69,11 @@ def discover(sysfs_root: Path = Path("/sys"), procfs_root: Path = Path("/proc"),
     first, later = _first_threads(every, online, record) if later_threads_on_demand else ({}, frozenset())
     if later and all(cpu.package is not None for cpu in first.values() if cpu.online):
         later_dirs = {cpu: dirs[cpu] for cpu in later if cpu in dirs}
+        learnt = reader.groups()
 
         def read_later() -> dict[int, Cpu]:
             """The later threads' records as the eager path makes them (the first threads' packages are known)."""
-            fresh = _Reader()
+            fresh = _Reader(learnt)
             records = {**first, **{cpu: _online_cpu(fresh, cpu, later_dirs.get(cpu), node_of.get(cpu), online)
                                    for cpu in sorted(later)}}
             records.update(_derived_packages(fresh, records, later_dirs))
@@ -223,44 +225,33 @@ def _online_cpu(
         # Online but undescribed (a trimmed dump): a lone thread of unknown placement.
         return Cpu(id=cpu, online=True, node=node, siblings=frozenset({cpu}))
     core = reader.shared(((siblings or frozenset()) & online) | {cpu})
-    l2, l3 = _caches(reader, _join(path, "cache"), core)
     base_frequency, epp = _cpufreq(reader, _join(path, "cpufreq"))
     return Cpu(
         id=cpu,
         online=True,
-        package=_id(reader, topology, "physical_package_id"),
-        die=_id(reader, topology, "die_id"),
+        package=reader.group_id(cpu, topology, "physical_package_id"),
+        die=reader.group_id(cpu, topology, "die_id"),
         node=node,
         core_id=_id(reader, topology, "core_id"),
         siblings=core,
-        l2=l2,
-        l3=l3,
+        l3=reader.l3_of(cpu, _join(path, "cache"), core),
         base_frequency=base_frequency,
         energy_performance_preference=epp,
-        cluster=_id(reader, topology, "cluster_id"),
     )
 
 
 def _id(reader: _Reader, directory: str, name: str) -> int | None:
-    """A topology id; missing or the kernel's "unknown" is ``None``.
-
-    "Unknown" is ``-1``, and for ``cluster_id`` also x86's ``BAD_APICID``
-    (65535), which kernels print when the CPU reports no L2 cluster.
-    """
+    """A topology id; missing or the kernel's "unknown" (``-1``) is ``None``."""
     value = reader.integer(_join(directory, name))
-    if value is None or value < 0 or (name == "cluster_id" and value == _X86_BAD_APICID):
-        return None
-    return value
+    return None if value is None or value < 0 else value
 
 
-def _caches(reader: _Reader, cache_root: str,
-            core: frozenset[int]) -> tuple[frozenset[int] | None, frozenset[int] | None]:
-    """The CPUs sharing this CPU's L2 and L3 (``None`` where the dump has no such cache).
+def _l3(reader: _Reader, cache_root: str, core: frozenset[int]) -> frozenset[int] | None:
+    """The CPUs sharing this CPU's L3 (``None`` where the dump has no such cache).
 
-    An empty sharing list (ia64 kernels write ``00000000`` for L3) means the
-    core's own cache, as hwloc reads it.
+    An empty sharing list (ia64 kernels write ``00000000``) means the core's
+    own cache, as hwloc reads it.
     """
-    shared: dict[int, frozenset[int]] = {}
     indexes = sorted(
         (int(match.group(1)), match.group(0))
         for match in map(_CACHE_DIR.fullmatch, reader.listing(cache_root) or ())
@@ -268,15 +259,12 @@ def _caches(reader: _Reader, cache_root: str,
     )
     for _number, name in indexes:
         index = _join(cache_root, name)
-        level = reader.integer(_join(index, "level"))
-        if level not in (2, 3) or level in shared:
-            continue
-        if reader.text(_join(index, "type")) == "Instruction":
+        if reader.integer(_join(index, "level")) != 3 or reader.text(_join(index, "type")) == "Instruction":
             continue
         cpus = reader.cpus(_join(index, "shared_cpu_list"), _join(index, "shared_cpu_map"))
         if cpus is not None:
-            shared[level] = cpus or core
-    return shared.get(2), shared.get(3)
+            return cpus or core
+    return None
 
 
 def _cpufreq(reader: _Reader, cpufreq: str) -> tuple[int | None, str | None]:
@@ -290,6 +278,18 @@ def _cpufreq(reader: _Reader, cpufreq: str) -> tuple[int | None, str | None]:
     return base, epp or None
 
 
+_L3 = "l3"
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """CPUs that share one L3, package or die, as one CPU's list named them, with the id read (none for an L3)."""
+
+    name: str  # _L3 or the id's file
+    cpus: frozenset[int]
+    id: int = -1
+
+
 class _Reader:
     """Reads sysfs for one discovery, parsing each distinct cpu set once.
 
@@ -297,9 +297,61 @@ class _Reader:
     a 1,024-CPU machine parses a few hundred distinct lists, not thousands.
     """
 
-    def __init__(self) -> None:
-        self._parsed: dict[tuple[str, str], frozenset[int]] = {}
+    def __init__(self, groups: Iterable[_Group] = ()) -> None:
+        self._parsed: dict[tuple[bool, str], frozenset[int]] = {}
         self._shared: dict[frozenset[int], frozenset[int]] = {}
+        self._groups: list[_Group] = []
+        self._l3: dict[int, frozenset[int]] = {}
+        self._ids: dict[str, dict[int, int]] = {}  # an id's file -> CPU -> the id its group's first CPU read
+        self._no_lists: set[str] = set()  # ids whose CPU lists this dump lacks
+        for group in groups:
+            self._learn(group)
+
+    def groups(self) -> tuple[_Group, ...]:
+        """Each L3, package and die read so far: what a later reader of the same machine starts from."""
+        return tuple(self._groups)
+
+    def _learn(self, group: _Group) -> None:
+        self._groups.append(group)
+        if group.name == _L3:
+            self._l3.update(dict.fromkeys(group.cpus, group.cpus))
+        else:
+            self._ids.setdefault(group.name, {}).update(dict.fromkeys(group.cpus, group.id))
+
+    def group_id(self, cpu: int, topology: str, name: str) -> int | None:
+        """A package's or die's id (``name``), read once per group: every CPU its CPU list names has it.
+
+        Like an L3's sharing list, the kernel's ``package_cpus_list`` and
+        ``die_cpus_list`` are the CPUs whose id is this one. A dump without
+        such lists (kernels before 5.3 name no die) reads each CPU's id.
+        """
+        known = self._ids.get(name, {})
+        if cpu in known:
+            return known[cpu]
+        value = _id(self, topology, name)
+        if value is not None and name not in self._no_lists:
+            members = self.cpus(*(_join(topology, list_name) for list_name in _GROUP_FILES[name]))
+            if members is None:
+                self._no_lists.add(name)
+            elif cpu in members:
+                self._learn(_Group(name, members, value))
+        return value
+
+    def l3_of(self, cpu: int, cache_root: str, core: frozenset[int]) -> frozenset[int] | None:
+        """``cpu``'s L3, read once per L3: every CPU an L3's sharing list names shares that L3.
+
+        The kernel writes the one list for every CPU of a cache, so a CPU an
+        earlier one's list names needs no cache folder read of its own: on
+        8,192 CPUs that is 7 of a first thread's 12 reads (the package and
+        die ids, :meth:`group_id`, are 2 more).
+        """
+        known = self._l3.get(cpu)
+        if known is not None:
+            return known
+        found = _l3(self, cache_root, core)
+        if found is not None:
+            self._learn(_Group(_L3, found))
+        return found
 
     def shared(self, cpus: frozenset[int]) -> frozenset[int]:
         """One object per distinct set: a core's threads each compute their core's set (8,192 sets, 1.8 MB)."""
@@ -345,11 +397,11 @@ class _Reader:
                 continue
             if text == _NO_CPUS:
                 return frozenset()
-            name = os.path.basename(path)
-            key = (name, text)
+            is_list = _is_list_file(os.path.basename(path))
+            key = (is_list, text)
             if key not in self._parsed:
                 try:
-                    self._parsed[key] = self.shared(_parser_for(name)(text))  # a core's L2 is its siblings' set
+                    self._parsed[key] = self.shared((checked_cpu_list if is_list else checked_cpu_mask)(text))
                 except CpuListError as error:
                     raise CmkError(f"{path}: {error}") from None
             return self._parsed[key]
@@ -368,6 +420,9 @@ def _listed(path: str, list_it: Callable[[], T]) -> T | None:
         raise CmkError(f"cannot list {path}: {error.strerror or error}") from None
 
 
-def _parser_for(name: str) -> Callable[[str], frozenset[int]]:
-    cpu_list_files = ("online", "possible", "present", "isolated", "nohz_full")
-    return checked_cpu_list if name.endswith("list") or name in cpu_list_files else checked_cpu_mask
+_CPU_LIST_FILES = frozenset({"online", "possible", "present", "isolated", "nohz_full"})
+
+
+def _is_list_file(name: str) -> bool:
+    """Whether the file holds a cpu list (``0-3,8``) rather than a hex mask (``ff,0000000f``)."""
+    return name.endswith("list") or name in _CPU_LIST_FILES

@@ -34,11 +34,9 @@ class Cpu:
     node: int | None = None
     core_id: int | None = None
     siblings: frozenset[int] = frozenset()
-    l2: frozenset[int] | None = None
     l3: frozenset[int] | None = None
     base_frequency: int | None = None  # kHz, SST-BF
     energy_performance_preference: str | None = None  # SST-CP
-    cluster: int | None = None  # cluster_id: cores sharing an L2/L3 tag slice (arm64, E-core modules)
 
 
 @dataclass(frozen=True, slots=True)  # one per CPU or core: no __dict__ each (8,192 CPUs)

@@ -80,7 +80,7 @@ def test_a_synthetic_machine_is_discovered_as_written(tmp_path: Path) -> None:
         3: "12-15,28-31",
     }
     cpu = topology.cpus[5]
-    assert (cpu.package, cpu.node, cpu.siblings, cpu.l2) == (0, 1, {5, 21}, {5, 21})
+    assert (cpu.package, cpu.node, cpu.siblings, cpu.core_id) == (0, 1, {5, 21}, 5)
     assert cpu.l3 == topology.numa_nodes[1]
     assert topology.isolated == frozenset(range(4, 8))
 
@@ -187,17 +187,11 @@ def test_unknown_ids_of_minus_one_and_missing_die_become_none(tmp_path: Path) ->
     _write(_cpu(roots, "cpu0/topology/physical_package_id"), "-1\n")
     for name in ("package_cpus_list", "core_siblings_list", "package_cpus", "core_siblings"):
         _cpu(roots, f"cpu0/topology/{name}").unlink(missing_ok=True)
-    _write(_cpu(roots, "cpu0/topology/cluster_id"), "-1\n")
+    _write(_cpu(roots, "cpu1/topology/core_id"), "-1\n")
     _cpu(roots, "cpu0/topology/die_id").unlink()
-    cpu0 = discover(roots.sysfs, roots.procfs).cpus[0]
-    assert (cpu0.package, cpu0.cluster, cpu0.die, cpu0.core_id) == (None, None, None, 0)
-
-
-def test_an_x86_cluster_id_of_65535_means_no_cluster(tmp_path: Path) -> None:
-    roots = _machine(tmp_path)
-    _write(_cpu(roots, "cpu0/topology/cluster_id"), "65535\n")
     topology = discover(roots.sysfs, roots.procfs)
-    assert (topology.cpus[0].cluster, topology.cpus[1].cluster) == (None, 1)
+    cpu0 = topology.cpus[0]
+    assert (cpu0.package, cpu0.die, cpu0.core_id, topology.cpus[1].core_id) == (None, None, 0, None)
 
 
 def test_two_packages_with_one_id_and_repeated_core_ids_keep_cores_apart(tmp_path: Path) -> None:
@@ -213,23 +207,36 @@ def test_two_packages_with_one_id_and_repeated_core_ids_keep_cores_apart(tmp_pat
 def test_caches_and_cpufreq_are_read_where_present(tmp_path: Path) -> None:
     roots = write_synthetic_sysfs(tmp_path, 1, 1, 2, 2, base_frequency_khz=2_100_000)
     _write(_cpu(roots, "cpu1/cpufreq/energy_performance_preference"), "performance\n")
-    shutil.rmtree(_cpu(roots, "cpu3/cache"))
-    _write(_cpu(roots, "cpu2/cache/index2/type"), "Instruction\n")  # not the L2 we want
     topology = discover(roots.sysfs, roots.procfs)
-    assert (topology.cpus[0].l2, topology.cpus[0].l3) == ({0, 2}, {0, 1, 2, 3})
-    assert (topology.cpus[2].l2, topology.cpus[2].l3) == (None, {0, 1, 2, 3})
-    assert (topology.cpus[3].l2, topology.cpus[3].l3) == (None, None)
+    assert {cpu: topology.cpus[cpu].l3 for cpu in range(4)} == dict.fromkeys(range(4), frozenset({0, 1, 2, 3}))
     assert topology.cpus[1].base_frequency == 2_100_000
     assert topology.cpus[1].energy_performance_preference == "performance"
     assert topology.cpus[0].energy_performance_preference is None
 
 
+def test_an_instruction_cache_or_no_cache_folder_means_no_l3(tmp_path: Path) -> None:
+    roots = write_synthetic_sysfs(tmp_path, 2, 1, 1, 2)  # cores {0,2} and {1,3}, an L3 each
+    _write(_cpu(roots, "cpu0/cache/index3/type"), "Instruction\n")
+    for cpu in (1, 3):
+        shutil.rmtree(_cpu(roots, f"cpu{cpu}/cache"))
+    topology = discover(roots.sysfs, roots.procfs)
+    assert [topology.cpus[cpu].l3 for cpu in range(4)] == [None, None, {0, 2}, None]
+
+
+def test_a_cpu_an_l3_names_shares_it_without_a_cache_folder_of_its_own(tmp_path: Path) -> None:
+    roots = write_synthetic_sysfs(tmp_path, 1, 1, 2, 2)
+    for cpu in (1, 2, 3):  # the kernel writes cpu0's list for each of them: one read serves all four
+        shutil.rmtree(_cpu(roots, f"cpu{cpu}/cache"))
+    topology = discover(roots.sysfs, roots.procfs)
+    assert {cpu: topology.cpus[cpu].l3 for cpu in range(4)} == dict.fromkeys(range(4), frozenset({0, 1, 2, 3}))
+
+
 def test_a_second_cache_at_one_level_does_not_replace_the_first(tmp_path: Path) -> None:
     roots = _machine(tmp_path)
-    index10 = _cpu(roots, "cpu0/cache/index10")  # sorts before index2 as text
-    for name, text in {"level": "2", "type": "Unified", "shared_cpu_list": "0-3"}.items():
+    index10 = _cpu(roots, "cpu0/cache/index10")  # sorts before index3 as text
+    for name, text in {"level": "3", "type": "Unified", "shared_cpu_list": "0,2"}.items():
         _write(index10 / name, text + "\n")
-    assert discover(roots.sysfs, roots.procfs).cpus[0].l2 == {0, 2}
+    assert discover(roots.sysfs, roots.procfs).cpus[0].l3 == {0, 1, 2, 3}
 
 
 def test_nul_bytes_inside_files_are_ignored(tmp_path: Path) -> None:
@@ -334,9 +341,9 @@ def test_no_online_cpu_at_all_is_an_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("relative", "content", "complaint"),
     [
-        ("cpu/cpu1/topology/physical_package_id", "zero\n", "expected an integer, found 'zero'"),
+        ("cpu/cpu0/topology/physical_package_id", "zero\n", "expected an integer, found 'zero'"),
         ("cpu/cpu1/topology/core_cpus_list", "1-x\n", "malformed cpu list"),
-        ("cpu/cpu1/cache/index2/level", "L2\n", "expected an integer"),
+        ("cpu/cpu0/cache/index2/level", "L2\n", "expected an integer"),
         ("cpu/online", "0-3,\n", "malformed cpu list"),
         ("cpu/isolated", "3-1\n", "runs backwards"),
         ("node/node0/cpulist", "abc\n", "malformed cpu list"),
@@ -364,7 +371,7 @@ def test_garbage_in_a_per_cpu_online_file_names_the_file(tmp_path: Path) -> None
 
 def test_a_folder_where_a_file_should_be_names_the_path(tmp_path: Path) -> None:
     roots = _machine(tmp_path)
-    path = _cpu(roots, "cpu1/topology/physical_package_id")
+    path = _cpu(roots, "cpu1/topology/core_id")
     path.unlink()
     path.mkdir()
     with pytest.raises(CmkError, match=rf"cannot read {path}: it is a directory, not a regular file"):

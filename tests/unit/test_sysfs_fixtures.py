@@ -71,7 +71,7 @@ DEVIATIONS: dict[tuple[str, str], Deviation] = {
     ),
 }
 
-PER_CPU_FIELDS = {"socket": "package", "node": "node", "core": "core_id", "die": "die", "cluster": "cluster"}
+PER_CPU_FIELDS = {"socket": "package", "node": "node", "core": "core_id", "die": "die"}
 
 
 @functools.cache
