@@ -115,6 +115,21 @@ def test_write_creates_the_directory_and_a_readable_json_file(tmp_path: Path) ->
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
+@pytest.mark.parametrize("spec", [
+    {"cdiVersion": "0.6.0", "kind": "cmk.intel.com/cpus", "devices": [{"name": "a", "containerEdits": {"env": ["X=1"]}},
+                                                                     {"name": "b"}]},
+    {"devices": [{"name": "a"}]},
+    {"kind": "cmk.intel.com/cpus", "devices": []},
+], ids=["devices", "devices-only", "no-devices"])
+def test_the_spec_text_is_the_spec_with_a_line_per_device(spec: dict[str, object]) -> None:
+    text = cdi.spec_text(spec)
+    assert json.loads(text) == spec
+    devices = spec["devices"]
+    assert isinstance(devices, list)
+    lines = [line.removesuffix(",") for line in text.splitlines()]
+    assert all(f"    {json.dumps(device)}" in lines for device in devices), "each device whole on its own line"
+
+
 def test_rewrite_replaces_the_file_whole_and_leaves_no_temp_file(tmp_path: Path) -> None:
     first = cdi.write_spec(cdispec.build_spec(SHARED, HOOK), tmp_path)
     with open(first) as reader:  # a runtime reading at that moment keeps the old, whole file
