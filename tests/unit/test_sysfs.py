@@ -231,6 +231,25 @@ def test_a_cpu_an_l3_names_shares_it_without_a_cache_folder_of_its_own(tmp_path:
     assert {cpu: topology.cpus[cpu].l3 for cpu in range(4)} == dict.fromkeys(range(4), frozenset({0, 1, 2, 3}))
 
 
+def test_a_cpu_its_package_and_die_lists_name_takes_their_ids_without_reading_its_own(tmp_path: Path) -> None:
+    roots = write_synthetic_sysfs(tmp_path, 2, 1, 2, 1)  # packages {0,1} and {2,3}
+    for cpu in (1, 3):  # each package's list names these CPUs: their own id files are never opened
+        for name in ("physical_package_id", "die_id"):
+            _write(_cpu(roots, f"cpu{cpu}/topology/{name}"), "garbage\n")
+    topology = discover(roots.sysfs, roots.procfs)
+    assert [(topology.cpus[cpu].package, topology.cpus[cpu].die) for cpu in range(4)] == [(0, 0), (0, 0), (1, 0), (1, 0)]
+
+
+def test_without_package_or_die_lists_each_cpu_reads_its_own_ids(tmp_path: Path) -> None:
+    roots = write_synthetic_sysfs(tmp_path, 2, 1, 2, 1)
+    for path in list((roots.sysfs / "devices/system/cpu").glob("cpu*/topology/*")):
+        if path.name.startswith(("package_cpus", "core_siblings", "die_cpus")):
+            path.unlink()
+    _write(_cpu(roots, "cpu1/topology/die_id"), "3\n")
+    topology = discover(roots.sysfs, roots.procfs)
+    assert [(topology.cpus[cpu].package, topology.cpus[cpu].die) for cpu in range(4)] == [(0, 0), (0, 3), (1, 0), (1, 0)]
+
+
 def test_a_second_cache_at_one_level_does_not_replace_the_first(tmp_path: Path) -> None:
     roots = _machine(tmp_path)
     index10 = _cpu(roots, "cpu0/cache/index10")  # sorts before index3 as text
