@@ -232,6 +232,23 @@ static const char *sandbox_id(const jval *config)
     return NULL;
 }
 
+/* Whether the OCI spec names the container's CPUs (linux.resources.cpu.cpus): the kubelet's static CPU
+ * manager does for every container it places, policy none for none. The node-wide hook leaves those as
+ * they were made: the kubelet keeps rewriting them, and confining them to infra would fight it. */
+static int runtime_chose_cpus(const jval *config)
+{
+    const jval *v = config;
+    static const char *const path[] = {"linux", "resources", "cpu", "cpus"};
+    for (size_t i = 0; v && i < sizeof path / sizeof *path; i++)
+        v = v->type == J_OBJECT ? j_get(v, path[i]) : NULL;
+    if (!v || v->type != J_STRING)
+        return 0;
+    for (size_t i = 0; i < v->len; i++)
+        if (!is_space(v->text[i]))
+            return 1;
+    return 0;
+}
+
 /* ---- hook: affinity and the command ------------------------------------------ */
 
 /* Pins the init process, then every other task of it present (a thread that exited meanwhile is fine). */
@@ -372,6 +389,8 @@ int hook(int argc, char **argv, cmk_error *err)
     static struct hook_entries entries;
     if ((status = hook_cpus(&config, config_path.p, o.node_wide ? NULL : &own, o.cpus, &entries, err)))
         return status;
+    if (!entries.count && runtime_chose_cpus(&config))
+        return HOOK_EXIT_OK; /* the kubelet's CPU manager placed it: not ours to move */
     if (!entries.count && (status = infra_record(o.node_wide, &entries.cpus, err)))
         return status < 0 ? HOOK_EXIT_OK : status; /* no record yet: the container starts as it was created */
 

@@ -84,6 +84,39 @@ def test_without_a_record_an_ordinary_container_starts_as_created(native_cmk: Pa
         assert (read_cpus(cgroup / "cpuset.cpus"), cpus_allowed(proc.pid)) == before
 
 
+def test_a_container_whose_cpus_the_kubelet_chose_starts_as_created(native_cmk: Path, tmp_path: Path,
+                                                                    cpus: tuple[str, str]) -> None:
+    """The kubelet's static CPU manager names every container's CPUs in its spec and keeps rewriting them.
+
+    Confining such a container to infra would fight it (a Guaranteed pod on infra until the
+    kubelet's next reconcile), so the node-wide hook leaves it as the runtime made it; a blank
+    ``cpus`` names none (policy none), and the container is confined as ever.
+    """
+    infra, exclusive = cpus
+    record = tmp_path / hook.RECORD_NAME
+    record.write_text(f"{infra}\n")
+    for cpuset, confined in ((exclusive, False), (" ", True), ("", True)):
+        write_config(tmp_path, [], cpuset=cpuset)
+        with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
+            before = read_cpus(cgroup / "cpuset.cpus"), cpus_allowed(proc.pid)
+            result = run_hook(native_cmk, state(proc.pid, tmp_path), node_wide(record))
+            assert (result.returncode, result.stderr) == (0, b"")
+            after = read_cpus(cgroup / "cpuset.cpus"), cpus_allowed(proc.pid)
+            assert after == ((infra, infra) if confined else before), repr(cpuset)
+
+
+def test_a_pinned_container_gets_its_entries_whatever_cpus_its_spec_names(native_cmk: Path, tmp_path: Path,
+                                                                         cpus: tuple[str, str]) -> None:
+    infra, exclusive = cpus
+    record = tmp_path / hook.RECORD_NAME
+    record.write_text(f"{infra}\n")
+    write_config(tmp_path, [exclusive], cpuset=infra)
+    with cpuset_cgroup() as cgroup, process_in(cgroup) as proc:
+        result = run_hook(native_cmk, state(proc.pid, tmp_path), node_wide(record))
+        assert (result.returncode, result.stderr) == (0, b"")
+        assert (read_cpus(cgroup / "cpuset.cpus"), cpus_allowed(proc.pid)) == (exclusive, exclusive)
+
+
 @pytest.mark.parametrize("content", [b"", b"\n", b"0-x\n", b"infra=0\n", b"0\x001\n", b"1-0\n"],
                          ids=["empty", "blank", "not-a-list", "key-value", "nul", "reversed"])
 def test_a_malformed_record_refuses_the_start_in_one_line(native_cmk: Path, tmp_path: Path, content: bytes) -> None:

@@ -42,15 +42,20 @@ def cmk_hook_entry(cpus: str, exclusive: bool = False) -> dict[str, object]:
 
 
 def write_config(bundle: Path, cpus: Sequence[str], env: Sequence[str] = ("PATH=/bin",),
-                 other_hooks: Sequence[dict[str, object]] = (), exclusive: Sequence[bool] = ()) -> None:
+                 other_hooks: Sequence[dict[str, object]] = (), exclusive: Sequence[bool] = (),
+                 cpuset: str | None = None) -> None:
     """config.json with one ``cmk hook --cpus=`` createRuntime entry per item of ``cpus`` (one per CDI device).
 
-    ``exclusive[i]`` marks entry i ``--exclusive`` (a whole exclusive core's device).
+    ``exclusive[i]`` marks entry i ``--exclusive`` (a whole exclusive core's device); ``cpuset`` is the
+    ``linux.resources.cpu.cpus`` the kubelet's static CPU manager has the runtime write.
     """
     bundle.mkdir(parents=True, exist_ok=True)
     marks = [*exclusive, *[False] * (len(cpus) - len(exclusive))]
-    config = {"ociVersion": "1.0.2", "process": {"args": ["sleep", "inf"], "env": list(env), "cwd": "/"},
-              "hooks": {"createRuntime": [*other_hooks, *(cmk_hook_entry(c, m) for c, m in zip(cpus, marks))]}}
+    config: dict[str, object] = {
+        "ociVersion": "1.0.2", "process": {"args": ["sleep", "inf"], "env": list(env), "cwd": "/"},
+        "hooks": {"createRuntime": [*other_hooks, *(cmk_hook_entry(c, m) for c, m in zip(cpus, marks))]}}
+    if cpuset is not None:
+        config["linux"] = {"resources": {"cpu": {"cpus": cpuset}}}
     (bundle / "config.json").write_text(json.dumps(config))
 
 
