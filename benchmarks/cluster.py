@@ -4,8 +4,9 @@ The peer is what Kubernetes ships: ``cpuManagerPolicy: static`` gives a Guarante
 whole ``cpu`` request exclusive CPUs. Our side is the kubelet with the policy ``none`` (what
 ``cmk host-config`` asks for), the product deployed as README says, and the same pod asking for
 ``cmk.intel.com/exclusive-cores: 1`` instead. For the static side the kubelet reserves the CPUs
-cmk's plan leaves to infra (``reservedSystemCPUs``), so both sides hand out the same CPUs, and the
-node has no infra record, as a node without cmk: the node-wide hook then leaves containers alone.
+cmk's plan leaves to infra (``reservedSystemCPUs``), so both sides hand out the same CPUs. The infra
+record ``cmk install`` wrote stays: the node-wide hook leaves a container whose spec names its CPUs
+(as the static policy's do) as the runtime made it, so the static pods print the kubelet's CPUs.
 
 Each side: the same busybox pod (deploy/examples' CDI-only pod, sized to one core) created
 ``--pods`` times, one at a time; create → Running is timed from just before ``kubectl create`` to
@@ -178,9 +179,9 @@ def main() -> int:
         watch = PodWatch(node)
         try:
             cmk_template = workload_pod(example("pod-cdi-only.yaml"), {f"{RESOURCE_PREFIX}exclusive-cores"}, threads)
-            # The static side is a node without cmk: with no infra record the node-wide hook leaves each
-            # container as the kubelet made it (with one, it would move the static pod onto infra).
-            (node.install_dir / RECORD_NAME).unlink(missing_ok=True)
+            # The static side is a node without the daemon. The infra record stays: the kubelet names
+            # each container's CPUs in its spec, and the node-wide hook leaves such a container as it is.
+            assert (node.install_dir / RECORD_NAME).is_file()
             node.reconfigure_kubelet(cpuManagerPolicy="static", reservedSystemCPUs=infra)
             sides = [run_side(node, watch, "static", f"kubelet static policy, cpu: {threads}",
                               static_pod(cmk_template), args.pods)]
