@@ -45,7 +45,7 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
 
     Each subcommand's module defines its flags, so building all of them
     imports every command: the daemon would load ``describe``'s view and
-    YAML (a tenth of its start on 8,192 CPUs, 2 MB resident) only to parse
+    YAML (a tenth of its start on 8,192 CPUs, ~3 MB resident) only to parse
     its own flags. The other subcommands stay listed, with their help.
     """
     parser = OneLineParser(prog="cmk", description="CPU pools as kubelet device plugins.")

@@ -234,9 +234,15 @@ class Metrics:
         """The fixed families in this format: formatted by the first scrape that asks for it, then kept.
 
         Not at start: on 8,192 CPUs the two usual formats take 0.2 s, which
-        every pool's registration would wait for. One lock, so two first
-        scrapes at once format it once.
+        every pool's registration would wait for. Two first scrapes of a
+        format at once format it once; past ``FIXED_FORMATS``, each scrape
+        formats its own, outside the lock.
         """
+        fixed = self._fixed.get(content_type)
+        if fixed is not None:
+            return fixed
+        if len(self._fixed) >= FIXED_FORMATS:
+            return encoder(self._fixed_families).removesuffix(_EOF)
         with self._formatting:
             fixed = self._fixed.get(content_type)
             if fixed is None:
