@@ -241,12 +241,7 @@ static int runtime_chose_cpus(const jval *config)
     static const char *const path[] = {"linux", "resources", "cpu", "cpus"};
     for (size_t i = 0; v && i < sizeof path / sizeof *path; i++)
         v = v->type == J_OBJECT ? j_get(v, path[i]) : NULL;
-    if (!v || v->type != J_STRING)
-        return 0;
-    for (size_t i = 0; i < v->len; i++)
-        if (!is_space(v->text[i]))
-            return 1;
-    return 0;
+    return v && v->type == J_STRING && !is_blank(v->text, v->len);
 }
 
 /* ---- hook: affinity and the command ------------------------------------------ */
@@ -315,10 +310,7 @@ int infra_record(const char *path, cpuset *cpus, cmk_error *err)
         s_add(&err->msg, ": " HOOK_RECORD_HINT);
         return cmk_fail(err, HOOK_EXIT_RECORD);
     }
-    int empty = 1;
-    for (size_t i = 0; i < text.len && empty; i++)
-        empty = is_space(text.p[i]);
-    if (empty || cpus_of_text(&text, cpus)) {
+    if (is_blank(text.p, text.len) || cpus_of_text(&text, cpus)) {
         s_add(&err->msg, "the node's infra record ");
         s_shown(&err->msg, path);
         s_add(&err->msg, " holds '");
@@ -389,10 +381,12 @@ int hook(int argc, char **argv, cmk_error *err)
     static struct hook_entries entries;
     if ((status = hook_cpus(&config, config_path.p, o.node_wide ? NULL : &own, o.cpus, &entries, err)))
         return status;
-    if (!entries.count && runtime_chose_cpus(&config))
-        return HOOK_EXIT_OK; /* the kubelet's CPU manager placed it: not ours to move */
-    if (!entries.count && (status = infra_record(o.node_wide, &entries.cpus, err)))
-        return status < 0 ? HOOK_EXIT_OK : status; /* no record yet: the container starts as it was created */
+    if (!entries.count) {
+        if (runtime_chose_cpus(&config))
+            return HOOK_EXIT_OK; /* the kubelet's CPU manager placed it: not ours to move */
+        if ((status = infra_record(o.node_wide, &entries.cpus, err)))
+            return status < 0 ? HOOK_EXIT_OK : status; /* no record yet: the container starts as it was created */
+    }
 
     struct cgroup cg = {0};
     if ((status = find_cgroup(proc_root, in.pid, "cpuset", &cg, err)))

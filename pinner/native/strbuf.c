@@ -98,3 +98,11 @@ int is_space(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
+
+int is_blank(const char *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!is_space(t[i]))
+            return 0;
+    return 1;
+}

@@ -31,5 +31,7 @@ int write_all(int fd, const char *p, size_t len);
 int is_digits(const char *t, size_t n);
 /* The C locale's isspace(), without the locale. */
 int is_space(char c);
+/* 1 if [t, t+n) is empty or only is_space() bytes. */
+int is_blank(const char *t, size_t n);
 
 #endif
