@@ -52,11 +52,11 @@ def attacker(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def attack(node: NodeWide, attacker: Path, image: str, name: str, mode: str, security: str, *,
-           pinned: bool) -> tuple[escape.Attempt, str]:
+           pinned: bool, runtime_args: tuple[str, ...] = ()) -> tuple[escape.Attempt, str]:
     """(what the attacker reached, its container cgroup's cpuset.cpus read on the host after it tried)."""
     device = ("--device", f"{node.kind}=core") if pinned else ()
     script = f"{ATTACKER} {mode}; echo done; exec sleep inf"
-    result = run_with_hooks(node.hooks_dir, "-d", "--name", name, *SECURITY[security], *device,
+    result = run_with_hooks(node.hooks_dir, "-d", "--name", name, *SECURITY[security], *device, *runtime_args,
                             "-v", f"{attacker}:{ATTACKER}:ro", image, "sh", "-c", script, check=False)
     assert result.returncode == 0, result.stderr
     for _ in range(600):  # a bounded wait for the attacker's line
@@ -79,6 +79,21 @@ def test_a_root_container_stays_on_its_cpus(node: NodeWide, attacker: Path, imag
     attempt, cgroup_cpus = attack(node, attacker, image, container_name, mode, security, pinned=pinned)
     expected = node.core if pinned else node.infra
     assert (attempt.affinity, cgroup_cpus) == (expected, expected), attempt
+    assert not attempt.widened_cgroup, attempt
+
+
+@pytest.mark.parametrize("mode", escape.MODES)
+def test_a_root_pinned_container_whose_spec_names_other_cpus_stays_on_its_own(
+        node: NodeWide, attacker: Path, image: str, container_name: str, mode: str) -> None:
+    """The node-wide hook leaves a container whose spec names CPUs alone only when it holds no pool device.
+
+    ``--cpuset-cpus`` writes ``linux.resources.cpu.cpus`` into the spec, as the kubelet's static CPU
+    manager has containerd do: a pinned container still gets its core and the hook's bound, and its
+    root process, trying every way out, stays there.
+    """
+    attempt, cgroup_cpus = attack(node, attacker, image, container_name, mode, "default", pinned=True,
+                                  runtime_args=("--cpuset-cpus", node.infra))
+    assert (attempt.affinity, cgroup_cpus) == (node.core, node.core), attempt
     assert not attempt.widened_cgroup, attempt
 
 

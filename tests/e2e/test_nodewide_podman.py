@@ -50,6 +50,14 @@ def test_taskset_inside_an_ordinary_container_cannot_reach_an_exclusive_core(nod
     assert (allowed, cpus) == (node.infra, node.infra)
 
 
+def test_a_container_whose_spec_names_its_cpus_keeps_them(node: NodeWide, image: str, container_name: str) -> None:
+    """podman's ``--cpuset-cpus`` lands in ``linux.resources.cpu.cpus``, as the kubelet's static CPU manager's
+    choice does through containerd: the hook leaves the container on those CPUs, the record's infra aside."""
+    start(node.hooks_dir, container_name, image, "--cpuset-cpus", node.core)
+    _, allowed, cpus = host_view(container_name)
+    assert (allowed, cpus) == (node.core, node.core)
+
+
 def test_a_pinned_container_gets_its_pool(node: NodeWide, image: str, container_name: str) -> None:
     start(node.hooks_dir, container_name, image, "--device", f"{node.kind}=core")
     _, allowed, cpus = host_view(container_name)
