@@ -272,15 +272,16 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                           f"{devices.resource}: slots are interchangeable, preferred allocation is not offered")
         responses = []
         for req in request.container_requests:
+            # Each read of a repeated field makes its strings anew: 4,000 of them on 8,192 CPUs, read once
+            available, must_include = list(req.available_deviceIDs), list(req.must_include_deviceIDs)
             try:
-                chosen = self._prefer(index, req.available_deviceIDs, req.must_include_deviceIDs,
-                                      req.allocation_size)
+                chosen = self._prefer(index, available, must_include, req.allocation_size)
             except ValueError as err:
                 self._events.emit(PreferredAllocationRefused(pool, devices.resource, str(err),
                                                              time.perf_counter() - start))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(f"{devices.resource}: {err}"))
-            self._events.emit(PreferredAllocation(pool, devices.resource, _known(devices, req.available_deviceIDs),
-                                                  _known(devices, req.must_include_deviceIDs), req.allocation_size,
+            self._events.emit(PreferredAllocation(pool, devices.resource, _known(devices, available),
+                                                  _known(devices, must_include), req.allocation_size,
                                                   tuple(chosen), time.perf_counter() - start))
             responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return pb.PreferredAllocationResponse(container_responses=responses)
@@ -312,7 +313,10 @@ class PoolServer(pb_grpc.DevicePluginServicer):
 
 def _known(devices: PoolDevices, ids: Iterable[str]) -> tuple[str, ...]:
     """The pool's devices among ``ids``, each once in first-seen order: bounded by the pool, not the request."""
-    return tuple(i for i in dict.fromkeys(ids) if i in devices.devices)
+    unique = dict.fromkeys(ids)
+    if unique.keys() <= devices.devices.keys():  # the kubelet's own requests: one C-level check, not a loop
+        return tuple(unique)
+    return tuple(i for i in unique if i in devices.devices)
 
 
 class _Health(health_pb2_grpc.HealthServicer):

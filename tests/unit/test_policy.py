@@ -12,7 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deviceplugin.host.sysfs import discover
-from deviceplugin.model.policy import STRATEGIES, numa_nodes_of, preferred_allocation
+from deviceplugin.model.policy import (
+    STRATEGIES,
+    _free_per_cell,
+    index_cores,
+    numa_nodes_of,
+    preferred_allocation,
+)
 from deviceplugin.model.topology import Core, Topology, build_topology
 from tests.support.topologies import FIXTURES
 
@@ -396,3 +402,12 @@ def test_amd_machine_best_fit_node_leaves_the_emptiest_nodes_whole():
     assert answer == by_node[0][:2]  # node 0 has exactly 2 free; the 4-free odd nodes stay whole
     wide = preferred_allocation(cores, available, [], 6)
     assert nodes(wide, cores) == {1, 0}  # largest node first (lowest id among 4-free), then the best fit for 2
+
+
+@given(requests())
+@settings(max_examples=200)
+def test_free_devices_per_cell_are_the_same_counted_from_either_side(request):
+    cores, available, _, _ = request
+    index = index_cores(cores)
+    for free in ({device for device in available if device in cores}, set(cores), set()):  # either side, both ends
+        assert _free_per_cell(index, free) == Counter(index.cell[device] for device in free)
