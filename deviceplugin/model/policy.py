@@ -14,8 +14,9 @@ Why it works this way: ``docs/design/preferred-allocation.md``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from deviceplugin.model.shown import named_ids
 from deviceplugin.model.topology import Core
@@ -106,10 +107,6 @@ class CoreIndex:
     place: Mapping[str, tuple[Cell, int]]
     #: cell -> its devices in rank order
     members: Mapping[Cell, tuple[str, ...]]
-    #: device ID -> its cell alone, so a call counts its free devices per cell in one C-level pass
-    cell: Mapping[str, Cell]
-    #: cell -> how many devices it has (its members, counted once)
-    sizes: Mapping[Cell, int]
 
 
 def index_cores(cores: Mapping[str, Core]) -> CoreIndex:
@@ -121,10 +118,9 @@ def index_cores(cores: Mapping[str, Core]) -> CoreIndex:
         cell = (_node_key(cores[device]), _l3_key(cores[device]))
         place[device] = (cell, rank)
         members.setdefault(cell, []).append(device)
-    # Plain dicts behind the read-only Mapping type: a MappingProxyType doubles the cost of the lookups a
-    # call makes for each of the (up to 4,000) devices the kubelet lists as available
-    cells = {device: cell for device, (cell, _) in place.items()}
-    return CoreIndex(place, {c: tuple(m) for c, m in members.items()}, cells, {c: len(m) for c, m in members.items()})
+    # Plain dicts behind the read-only Mapping type: a MappingProxyType nearly doubles the cost of the
+    # C-level lookups a call makes for each of the (up to 4,000) devices the kubelet lists as available
+    return CoreIndex(place, {c: tuple(m) for c, m in members.items()})
 
 
 def _fewest_nodes(per_node: Mapping[int, int], mandatory: Collection[int], count: int) -> int:
@@ -233,12 +229,16 @@ def _free_per_cell(index: CoreIndex, free: set[str]) -> Counter[Cell]:
     the busy ones, the pool less ``free`` (one C-level set difference), are
     fewer to count than the free ones.
     """
-    cell = index.cell.__getitem__
     if 2 * len(free) <= len(index.place):
-        return Counter(map(cell, free))
-    per_cell = Counter(index.sizes)
-    per_cell.subtract(map(cell, index.place.keys() - free))
+        return Counter(_cells_of(index, free))
+    per_cell = Counter({cell: len(members) for cell, members in index.members.items()})
+    per_cell.subtract(_cells_of(index, index.place.keys() - free))
     return +per_cell
+
+
+def _cells_of(index: CoreIndex, devices: Iterable[str]) -> Iterator[Cell]:
+    """Each device's cell, in C (two maps), not a Python loop over thousands of devices."""
+    return map(itemgetter(0), map(index.place.__getitem__, devices))
 
 
 def prefer(index: CoreIndex, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
@@ -259,7 +259,7 @@ def prefer(index: CoreIndex, available: Sequence[str], must_include: Sequence[st
         raise ValueError(f"{len(required)} must_include devices exceed allocation size {size}; "
                          "the size counts the reused devices too")
     count = min(size, len(free))
-    counts = _Free(_free_per_cell(index, free), Counter(map(index.cell.__getitem__, required)))
+    counts = _Free(_free_per_cell(index, free), Counter(_cells_of(index, required)))
     cells = _holding_cells(counts, len(required), count)
     chosen = _take(index, counts if cells is None else counts.only(cells), free, required, count)
     return sorted(chosen, key=lambda device: place[device][1])

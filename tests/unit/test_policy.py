@@ -410,4 +410,4 @@ def test_free_devices_per_cell_are_the_same_counted_from_either_side(request):
     cores, available, _, _ = request
     index = index_cores(cores)
     for free in ({device for device in available if device in cores}, set(cores), set()):  # either side, both ends
-        assert _free_per_cell(index, free) == Counter(index.cell[device] for device in free)
+        assert _free_per_cell(index, free) == Counter(index.place[device][0] for device in free)
