@@ -206,7 +206,9 @@ def test_metrics_and_json_logs_follow_the_kubelet(kubelet: Kubelet, plugin_dir, 
 
         kubelet.restart()
         wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA}, count=2)
-        samples = eventually(address, lambda s: all(value(s, "cmk_registrations_total", resource=r) == 2
+        # At least twice, not exactly: a starting kubelet deletes the plugin sockets one by one, so on a loaded
+        # machine it can delete those the daemon has just bound anew, and the daemon serves (and registers) once more.
+        samples = eventually(address, lambda s: all(value(s, "cmk_registrations_total", resource=r) >= 2
                                                     for r in POOLS), "second registrations")
         assert value(samples, "cmk_kubelet_restarts_total") == 1
         assert logs.wait_for("kubelet_restart")["level"] == "info"
