@@ -3,7 +3,7 @@
 ``python benchmarks/scale.py [--cpus 1024,4096,8192] [--calls N]`` writes each
 machine with :func:`benchmarks.synthetic_sysfs.write_synthetic_sysfs` (every
 NUMA node but the first isolated, as ``benchmarks/daemon.py`` does), procfs
-counters at a real node's shape (200 device IRQ lines) and a kubelet-shaped
+counters at a real node's shape (200 device IRQ lines, each steered to one CPU) and a kubelet-shaped
 cgroup tree of 3,300 containers (``benchmarks/cgroup_scan.py``), then runs the
 real daemon against the kubelet stand-in over real unix sockets, its metrics
 on a real HTTP port, and measures:
@@ -130,7 +130,7 @@ def write_machine(root: Path, cpus: int, cgroups: Path) -> tuple[Path, Path]:
     roots = write_synthetic_sysfs(root, sockets, nodes, cores, threads, isolated=sorted(set(range(cpus)) - node0))
     write_counters(roots.procfs, {cpu: Known(user=1000 + cpu, system=300, idle=90000, device_irqs=cpu,
                                              timer_irqs=50000, net_rx=cpu) for cpu in range(cpus)},
-                   idle_irq_lines=DEVICE_IRQ_LINES, real_shape=True)
+                   steered_irq_lines=DEVICE_IRQ_LINES, real_shape=True)
     (roots.sysfs / "fs").symlink_to(cgroups)  # one tree for every machine: the walk does not follow links below
     return roots.sysfs, roots.procfs
 

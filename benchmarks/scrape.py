@@ -8,7 +8,7 @@ HTTP handler runs per scrape), pod
 resources read from the kubelet stand-in over a real socket in both. It prints
 median and p90 milliseconds, series and bytes side by side and the ratio. The
 1,024-CPU procfs is written at a real node's shape (every named interrupt line
-and softirq type, 200 device IRQ lines: a NIC's queues) so parsing costs what it
+and softirq type, 200 device IRQ lines, each steered to one CPU: a NIC's queues) so parsing costs what it
 would there; Prometheus' default scrape timeout is 10 s. A second table: the
 same scrapes as Prometheus asks for them (OpenMetrics, then gzip-compressed:
 ``Metrics.encode`` and what the endpoint adds), and the ``_created`` series
@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
             cpus = discover(synthetic.sysfs, synthetic.procfs).online
             write_counters(synthetic.procfs, {c: Known(user=1000 + c, system=300, idle=90000, device_irqs=c,
                                                        timer_irqs=50000, net_rx=c) for c in cpus},
-                           idle_irq_lines=DEVICE_IRQ_LINES, real_shape=True)
+                           steered_irq_lines=DEVICE_IRQ_LINES, real_shape=True)
             machines = {"this machine (/sys, /proc)": (Path("/sys"), Path("/proc")),
                         "synthetic " + "x".join(map(str, SYNTHETIC)): (synthetic.sysfs, synthetic.procfs)}
             for name, (sysfs, procfs) in machines.items():

@@ -31,15 +31,26 @@ SOFTIRQ_TYPES = ("HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLE
 #: x86's named per-CPU interrupt lines (kernel 6.x), for files as long as a real node's.
 LOCAL_LINES = ("NMI", "SPU", "PMI", "IWI", "RTR", "CAL", "TLB", "TRM", "THR", "DFR", "MCE", "MCP", "HYP", "PIN", "NPI",
                "PIW")
+#: The named lines and softirq types a running node counts on every CPU (watchdog NMIs, IPIs, TLB shootdowns,
+#: machine-check polls; the timer, scheduler and RCU softirqs).
+BUSY_EVERYWHERE = frozenset({"NMI", "PMI", "IWI", "CAL", "TLB", "MCP", "TIMER", "SCHED", "RCU"})
 
 
-def write_counters(procfs: Path, cpus: Mapping[int, Known], *, idle_irq_lines: int = 0,
+def _busy(name: str, order: list[int]) -> list[int]:
+    return [1 if name in BUSY_EVERYWHERE else 0 for _ in order]
+
+
+def write_counters(procfs: Path, cpus: Mapping[int, Known], *, steered_irq_lines: int = 0,
                    real_shape: bool = False) -> None:
     """Write stat, interrupts and softirqs for ``cpus`` (online ones; a gap in the numbers is an offline CPU).
 
-    ``idle_irq_lines`` adds numbered IRQ lines counting 0 and ``real_shape``
-    every named line and softirq type a kernel writes, so a benchmark reads
-    files the size of a real node's; neither changes a count.
+    For benchmarks, files the size and shape of a real node's:
+    ``steered_irq_lines`` adds numbered IRQ lines that each count 1 on one
+    CPU, as a managed vector does (spread evenly over the CPUs; each adds 1
+    to that CPU's device count), and ``real_shape`` every named
+    line and softirq type a kernel writes, those in :data:`BUSY_EVERYWHERE`
+    counting 1 on each CPU (adding 1 per line to its local counts), the
+    others 0.
     """
     procfs.mkdir(parents=True, exist_ok=True)
     order = sorted(cpus)
@@ -54,15 +65,16 @@ def write_counters(procfs: Path, cpus: Mapping[int, Known], *, idle_irq_lines: i
                   _row("24", [cpus[c].device_irqs for c in order], "IO-APIC   5-edge      eth0"),
                   _row("LOC", [cpus[c].timer_irqs for c in order], "Local timer interrupts"),
                   _row("RES", [0 for _ in order], "Rescheduling interrupts")]
-    interrupts[2:2] = [_row(str(100 + n), [0 for _ in order], f"IR-PCI-MSIX-0000:3b:00.0   {n}-edge      ice-q")
-                       for n in range(idle_irq_lines)]
-    interrupts += [_row(name, [0 for _ in order]) for name in LOCAL_LINES if real_shape]
+    steered_to = [n * len(order) // steered_irq_lines for n in range(steered_irq_lines)]  # spread over the CPUs
+    interrupts[2:2] = [_row(str(100 + n), [int(i == steered_to[n]) for i in range(len(order))],
+                            f"IR-PCI-MSIX-0000:3b:00.0   {n}-edge      ice-q") for n in range(steered_irq_lines)]
+    interrupts += [_row(name, _busy(name, order)) for name in LOCAL_LINES if real_shape]
     interrupts += ["ERR:          7", "MIS:          0"]
     (procfs / "interrupts").write_text("\n".join(interrupts) + "\n")
     softirqs = [" " * 20 + "".join(f"CPU{c:<8}" for c in order),
-                *(_row(f"{name:>8}", [0 for _ in order]) for name in SOFTIRQ_TYPES[:3] if real_shape),
+                *(_row(f"{name:>8}", _busy(name, order)) for name in SOFTIRQ_TYPES[:3] if real_shape),
                 _row("  NET_RX", [cpus[c].net_rx for c in order]),
-                *(_row(f"{name:>8}", [0 for _ in order]) for name in SOFTIRQ_TYPES[4:] if real_shape)]
+                *(_row(f"{name:>8}", _busy(name, order)) for name in SOFTIRQ_TYPES[4:] if real_shape)]
     if not real_shape:
         softirqs.insert(1, _row("      HI", [0 for _ in order]))
     (procfs / "softirqs").write_text("\n".join(softirqs) + "\n")

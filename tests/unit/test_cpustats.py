@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from deviceplugin.host.procstats import read_sample, sample_window
 from deviceplugin.host.sysfs import discover
@@ -19,7 +21,6 @@ from deviceplugin.model.cpustats import (
     StatsError,
     held_cpus,
     interrupt_kinds,
-    parse_per_cpu_table,
     parse_stat,
     place_groups,
     place_kind_totals,
@@ -72,10 +73,32 @@ def test_a_malformed_stat_line_names_its_line(text, message):
 
 
 def test_interrupts_columns_follow_the_header_and_node_wide_rows_are_left_out():
-    assert parse_per_cpu_table(INTERRUPTS) == ([0, 2, 3], {
-        "0": [44, 0, 0], "36": [5, 107276, 1], "NMI": [0, 0, 0], "LOC": [91829, 96234, 10], "CAL": [3, 4, 5]})
     assert interrupt_kinds(INTERRUPTS) == {0: {DEVICE: 49, LOCAL: 91832}, 2: {DEVICE: 107276, LOCAL: 96238},
                                            3: {DEVICE: 1, LOCAL: 15}}
+
+
+_FIELD = st.one_of(st.just("0"), st.just("0"), st.just("0"), st.just("00"), st.integers(0, 2**32 - 1).map(str))
+_ROW = st.tuples(st.sampled_from(["7", "36", "LOC", "NMI"]), st.sampled_from(["", "   IO-APIC   2-edge      timer", " 7"]))
+
+
+@given(st.integers(1, 100).flatmap(lambda cpus: st.lists(st.tuples(_ROW, st.lists(_FIELD, min_size=cpus, max_size=cpus)),
+                                                          min_size=1, max_size=6)))
+def test_a_table_sums_as_int_on_every_field_whatever_its_zeros(rows):
+    # zeros are counted, not converted: the sums of int() on each field, for rows of zeros, sparse rows (a few
+    # chunks hold counts) and dense ones, as wide as 100 CPUs
+    cpus = len(rows[0][1])
+    text = " " * 11 + "".join(f"CPU{cpu:<8}" for cpu in range(cpus)) + "\n" + "".join(
+        f"{name:>3}:" + "".join(f" {field:>10}" for field in fields) + tail + "\n" for (name, tail), fields in rows)
+    expected = {cpu: {DEVICE: 0, LOCAL: 0} for cpu in range(cpus)}
+    for (name, _), fields in rows:
+        for cpu, field in enumerate(fields):
+            expected[cpu][DEVICE if name.isdigit() else LOCAL] += int(field)
+    assert interrupt_kinds(text) == expected
+
+
+def test_a_description_word_where_a_count_would_be_leaves_the_row_out():
+    table = "  CPU0 CPU1\n 5:  3 IO-APIC\n 6: 1 2\n 7: 4 5 6\nERR: 3\n"
+    assert interrupt_kinds(table) == {0: {DEVICE: 1 + 4, LOCAL: 0}, 1: {DEVICE: 2 + 5, LOCAL: 0}}
 
 
 def test_softirqs_from_devices_and_drivers_are_device_the_rest_local():
@@ -96,7 +119,7 @@ def test_softirqs_from_devices_and_drivers_are_device_the_rest_local():
 ])
 def test_a_malformed_table_names_its_line(text, message):
     with pytest.raises(StatsError) as err:
-        parse_per_cpu_table(text)
+        interrupt_kinds(text)
     assert str(err.value) == message
 
 
