@@ -53,8 +53,14 @@ def _node_key(core: Core) -> int:
     return core.node if core.node is not None else -1
 
 
-def _l3_key(core: Core) -> int:
-    return min(core.l3) if core.l3 else -1
+def _l3_key(core: Core, known: dict[frozenset[int], int]) -> int:
+    """The group's lowest CPU, once per L3 (``known``): discovery gives its cores one set, hashed once."""
+    if not core.l3:
+        return -1
+    key = known.get(core.l3)
+    if key is None:
+        key = known[core.l3] = min(core.l3)
+    return key
 
 
 #: A cell: one NUMA node's share of one L3 group, (node key, L3 key); every group below is made of cells.
@@ -114,8 +120,9 @@ def index_cores(cores: Mapping[str, Core]) -> CoreIndex:
     ordered = sorted(cores, key=lambda device: (cores[device].first, device))
     place: dict[str, tuple[Cell, int]] = {}
     members: dict[Cell, list[str]] = {}
+    l3_keys: dict[frozenset[int], int] = {}
     for rank, device in enumerate(ordered):
-        cell = (_node_key(cores[device]), _l3_key(cores[device]))
+        cell = (_node_key(cores[device]), _l3_key(cores[device], l3_keys))
         place[device] = (cell, rank)
         members.setdefault(cell, []).append(device)
     # Plain dicts behind the read-only Mapping type: a MappingProxyType nearly doubles the cost of the
