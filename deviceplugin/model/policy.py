@@ -53,16 +53,6 @@ def _node_key(core: Core) -> int:
     return core.node if core.node is not None else -1
 
 
-def _l3_key(core: Core, known: dict[frozenset[int], int]) -> int:
-    """The group's lowest CPU, once per L3 (``known``): discovery gives its cores one set, hashed once."""
-    if not core.l3:
-        return -1
-    key = known.get(core.l3)
-    if key is None:
-        key = known[core.l3] = min(core.l3)
-    return key
-
-
 #: A cell: one NUMA node's share of one L3 group, (node key, L3 key); every group below is made of cells.
 Cell = tuple[int, int]
 
@@ -120,9 +110,10 @@ def index_cores(cores: Mapping[str, Core]) -> CoreIndex:
     ordered = sorted(cores, key=lambda device: (cores[device].first, device))
     place: dict[str, tuple[Cell, int]] = {}
     members: dict[Cell, list[str]] = {}
-    l3_keys: dict[frozenset[int], int] = {}
+    # An L3's key is its lowest CPU, taken once per L3 set (discovery gives a group's cores one set), not per core
+    l3_keys: dict[frozenset[int] | None, int] = {l3: min(l3) for l3 in {core.l3 for core in cores.values()} if l3}
     for rank, device in enumerate(ordered):
-        cell = (_node_key(cores[device]), _l3_key(cores[device], l3_keys))
+        cell = (_node_key(cores[device]), l3_keys.get(cores[device].l3, -1))
         place[device] = (cell, rank)
         members.setdefault(cell, []).append(device)
     # Plain dicts behind the read-only Mapping type: a MappingProxyType nearly doubles the cost of the
