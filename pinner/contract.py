@@ -119,6 +119,7 @@ class HookExit:
     AFFINITY = 11  # the kernel refused the affinity
     QUOTA = 12  # the CFS quota of an exclusive container could not be removed
     RECORD = 13  # the node's infra record is unreadable or not a cpu list
+    SYSTEMD = 14  # systemd owns the container's cgroups and did not record its CPUs or quota
 
 
 def exit_table(statuses: type) -> dict[str, int]:
@@ -174,8 +175,11 @@ config.json from the bundle, takes the union of the --cpus of every
 'cmk hook' entry in config.json's hooks.createRuntime (this one's included),
 writes them to the container's cpuset cgroup (v1 or v2) and sets the
 affinity of its init process. If every such entry is --exclusive, it also
-removes the CFS quota of the container's cpu cgroup. The container's env is
-never read. Any failure is one line on stderr and a non-zero status, so the
+removes the CFS quota of the container's cpu cgroup. Where systemd is the
+cgroup manager (a scope or slice systemd owns), each cgroup's CPUs and the
+quota's removal are recorded with systemd first (systemctl set-property
+--runtime), so its daemon-reload and runc update keep them. The container's
+env is never read. Any failure is one line on stderr and a non-zero status, so the
 runtime refuses to start the container.
 
 --node-wide runs for every container (hooks.d, or a base runtime spec): a
@@ -200,4 +204,5 @@ exit statuses:
     8  no cpuset cgroup found  9  CPUs outside the parent cgroup's
    10  cpuset.cpus not writable  11  affinity refused
    12  CFS quota not removable   13  bad infra RECORD
+   14  systemd did not record the CPUs or quota
 """

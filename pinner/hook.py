@@ -23,6 +23,20 @@ CONFINED_CGROUP = "cmk-confined"
 #: hook confines an unconfined sandbox to the container's CPUs, so the pod's cgroup can be narrowed.
 SANDBOX_ANNOTATIONS = ("io.kubernetes.cri.sandbox-id", "io.kubernetes.cri-o.SandboxID")
 
+#: systemd's own test that it is the system manager (``sd_booted``): this directory exists while it is PID 1.
+#: There, the container's scope, the pod's slice and the sandbox's scope are systemd's, and the hook records
+#: what it gives them with systemd (``docs/design/hook.md``, "A node whose cgroups systemd owns").
+SYSTEMD_RUNTIME_DIR = "/run/systemd/system"
+#: Where the hook looks for systemd's own client, in order (merged-/usr systems have both).
+SYSTEMCTL_PATHS = ("/usr/bin/systemctl", "/bin/systemctl")
+#: How long one systemctl call may take before the container's start is refused (systemd's own D-Bus
+#: timeout is 25 s; the runtime waits for the hook).
+SYSTEMCTL_TIMEOUT_MS = 10_000
+SYSTEMD_HINT = (
+    "on a node whose cgroup manager is systemd the hook records each container's CPUs with it, so that "
+    "daemon-reload and runc update keep them; check that systemd answers 'systemctl show' as root"
+)
+
 #: The most child cgroups of a pod's cgroup the hook reads to narrow it; a pod holds one per container.
 MAX_POD_CHILDREN = 1024
 

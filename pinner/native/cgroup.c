@@ -11,6 +11,7 @@
 
 #include "cmk_generated.h"
 #include "files.h"
+#include "systemd.h"
 
 int cpus_of_text(const str *text, cpuset *cpus)
 {
@@ -237,7 +238,9 @@ int remove_quota(const char *proc_root, long pid, const struct cgroup *cpuset_cg
         close(dirfd);
         return 0;
     }
-    status = write_cgroup_file(dirfd, name, file.p, cg.v2 ? "max\n" : "-1\n",
+    status = systemd_record(cg.path.p, NULL, 1, err);
+    if (!status)
+        status = write_cgroup_file(dirfd, name, file.p, cg.v2 ? "max\n" : "-1\n",
                                "cannot remove the CFS quota of the container's exclusive cores in ", HOOK_EXIT_QUOTA, err);
     close(dirfd);
     return status;

@@ -110,6 +110,7 @@ static const char HELP[] =
 #define HOOK_EXIT_QUOTA 12
 #define HOOK_EXIT_RECORD 13
 #define HOOK_EXIT_STATE 3
+#define HOOK_EXIT_SYSTEMD 14
 #define HOOK_EXIT_USAGE 2
 #define HOOK_MAX_JSON_BYTES 16777216
 #define HOOK_MAX_JSON_DEPTH 128
@@ -121,6 +122,11 @@ static const char HELP[] =
 #define HOOK_RECORD_HINT "the device plugin and 'cmk install' write it atomically as one cpu list; run 'cmk install' with the daemon's plan flags again, or delete the file to let containers start unconfined until the daemon writes it"
 #define HOOK_CONFINED_CGROUP "cmk-confined"
 #define HOOK_MAX_POD_CHILDREN 1024
+#define HOOK_SYSTEMD_RUNTIME_DIR "/run/systemd/system"
+#define HOOK_SYSTEMCTL_PATHS "/usr/bin/systemctl", "/bin/systemctl"
+#define HOOK_SYSTEMCTL_SHOWN "/usr/bin/systemctl or /bin/systemctl"
+#define HOOK_SYSTEMCTL_TIMEOUT_MS 10000
+#define HOOK_SYSTEMD_HINT "on a node whose cgroup manager is systemd the hook records each container's CPUs with it, so that daemon-reload and runc update keep them; check that systemd answers 'systemctl show' as root"
 #define HOOK_SANDBOX_ANNOTATIONS "io.kubernetes.cri.sandbox-id", "io.kubernetes.cri-o.SandboxID"
 
 static const char HOOK_HELP[] =
@@ -134,8 +140,11 @@ static const char HOOK_HELP[] =
     "'cmk hook' entry in config.json's hooks.createRuntime (this one's included),\n"
     "writes them to the container's cpuset cgroup (v1 or v2) and sets the\n"
     "affinity of its init process. If every such entry is --exclusive, it also\n"
-    "removes the CFS quota of the container's cpu cgroup. The container's env is\n"
-    "never read. Any failure is one line on stderr and a non-zero status, so the\n"
+    "removes the CFS quota of the container's cpu cgroup. Where systemd is the\n"
+    "cgroup manager (a scope or slice systemd owns), each cgroup's CPUs and the\n"
+    "quota's removal are recorded with systemd first (systemctl set-property\n"
+    "--runtime), so its daemon-reload and runc update keep them. The container's\n"
+    "env is never read. Any failure is one line on stderr and a non-zero status, so the\n"
     "runtime refuses to start the container.\n"
     "\n"
     "--node-wide runs for every container (hooks.d, or a base runtime spec): a\n"
@@ -159,6 +168,7 @@ static const char HOOK_HELP[] =
     "    7  the container's process is gone\n"
     "    8  no cpuset cgroup found  9  CPUs outside the parent cgroup's\n"
     "   10  cpuset.cpus not writable  11  affinity refused\n"
-    "   12  CFS quota not removable   13  bad infra RECORD\n";
+    "   12  CFS quota not removable   13  bad infra RECORD\n"
+    "   14  systemd did not record the CPUs or quota\n";
 
 #endif

@@ -12,6 +12,7 @@
 
 #include "cmk_generated.h"
 #include "files.h"
+#include "systemd.h"
 
 /* The parent's path for messages: cg->dir without its last component (the directory itself is read
  * through "..", so this text never decides what is opened). */
@@ -28,25 +29,29 @@ static void parent_path(const char *dir, str *out)
     }
 }
 
-/* Gives the pod's cgroup (parentfd) the container's CPUs it lacks, when the pod's own parent has them: an
- * earlier hook narrowed the pod to the containers it had then (bound_pod), and this container's devices are
- * the kubelet's to hand out. allowed becomes the pod's CPUs; nothing changes if anything is amiss (the
- * caller then refuses the CPUs outside, as before). */
-static void widen_pod(int parentfd, const char *effective, const cpuset *cpus, cpuset *allowed)
+/* Gives the pod's cgroup (parentfd, at pod in the hierarchy) the container's CPUs it lacks, when the pod's own
+ * parent has them: an earlier hook narrowed the pod to the containers it had then (bound_pod), and this
+ * container's devices are the kubelet's to hand out. allowed becomes the pod's CPUs; nothing changes if
+ * anything is amiss (the caller then refuses the CPUs outside, as before). 0, or systemd's refusal
+ * (systemd.h) on a v2 node whose pod slice it owns. */
+static int widen_pod(int parentfd, const char *pod, int v2, const char *effective, const cpuset *cpus,
+                     cpuset *allowed, cmk_error *err)
 {
     cpuset above = {0}, own = {0};
     int up = openat(parentfd, "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (up < 0)
-        return;
+        return 0;
     int ok = !read_cpus_at(up, effective, &above) && cs_within(cpus, &above) &&
              !read_cpus_at(parentfd, "cpuset.cpus", &own);
     close(up);
     if (!ok)
-        return;
+        return 0;
     for (size_t i = 0; i < MASK_WORDS; i++)
         own.w[i] |= cpus->w[i];
-    if (!try_write_cpus(parentfd, &own))
+    int status = v2 ? systemd_record(pod, &own, 0, err) : 0;
+    if (!status && !try_write_cpus(parentfd, &own))
         *allowed = own;
+    return status;
 }
 
 /* 1 if the cgroup directory name is the one a runtime gives the container id: <id>, cri-containerd-<id>.scope,
@@ -64,16 +69,24 @@ static int names_container(const char *name, const char *id)
 }
 
 /* The pod's sandbox (pause) container, when no hook confined it: containerd builds its spec from its own
- * defaults, without the base spec's node-wide hook. It only sleeps, so it gets this container's CPUs, and
- * the pod can then be narrowed. A failure leaves it as it was, and the pod unnarrowed. */
-static void confine_sandbox(int child, const cpuset *cpus)
+ * defaults, without the base spec's node-wide hook. It only sleeps, so it gets this container's CPUs (recorded
+ * with systemd first on a v2 node whose sandbox scope it owns), and the pod can then be narrowed. A failure
+ * leaves it as it was, and the pod unnarrowed. */
+static void confine_sandbox(int child, const char *pod, const char *name, int v2, const cpuset *cpus)
 {
     struct stat st;
     if (!fstatat(child, HOOK_CONFINED_CGROUP, &st, AT_SYMLINK_NOFOLLOW))
         return; /* a hook ran for it (CRI-O's hooks.d reaches sandboxes): already confined */
-    if (try_write_cpus(child, cpus)) {
+    str path = {0};
+    cmk_error ignored = {0};
+    s_add(&path, pod);
+    s_add(&path, "/");
+    s_add(&path, name);
+    if (!(v2 && systemd_record(path.p, cpus, 0, &ignored)) && try_write_cpus(child, cpus)) {
         /* left as it was */
     }
+    cmk_error_free(&ignored);
+    free(path.p);
 }
 
 /* Narrows the pod's cgroup (parentfd, the container's parent) to the union of its children's CPUs. A
@@ -84,8 +97,8 @@ static void confine_sandbox(int child, const cpuset *cpus)
  * union never holds CPUs another pod was given since. A child without CPUs of its own (v2: the pod's; v1:
  * not set up yet) leaves the pod as it is, and so does a pod without cpuset files; the caller never passes
  * the hierarchy's root. */
-static int bound_pod(int parentfd, const char *pod, const char *effective, const char *sandbox, const cpuset *cpus,
-                     cmk_error *err)
+static int bound_pod(int parentfd, const char *pod, const char *pod_path, int v2, const char *effective,
+                     const char *sandbox, const cpuset *cpus, cmk_error *err)
 {
     cpuset own = {0}, children = {0};
     struct stat st;
@@ -108,7 +121,7 @@ static int bound_pod(int parentfd, const char *pod, const char *effective, const
         cpuset one = {0};
         int child = openat(parentfd, d->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (child >= 0 && sandbox && names_container(d->d_name, sandbox))
-            confine_sandbox(child, cpus);
+            confine_sandbox(child, pod_path, d->d_name, v2, cpus);
         whole = child >= 0 && !read_cpus_at(child, "cpuset.cpus", &one) && ++seen <= HOOK_MAX_POD_CHILDREN;
         if (child >= 0)
             close(child);
@@ -118,12 +131,15 @@ static int bound_pod(int parentfd, const char *pod, const char *effective, const
     closedir(dir);
     if (!whole || !seen || !memcmp(&children, &own, sizeof own))
         return 0;
+    int status = v2 ? systemd_record(pod_path, &children, 0, err) : 0;
+    if (status)
+        return status;
     str list = {0}, file = {0};
     s_ranges(&list, &children);
     s_add(&list, "\n");
     s_add(&file, pod);
     s_add(&file, "/cpuset.cpus");
-    int status = write_cgroup_file(parentfd, "cpuset.cpus", file.p, list.p,
+    status = write_cgroup_file(parentfd, "cpuset.cpus", file.p, list.p,
                                    "cannot narrow the pod's cgroup to its containers' CPUs in ", HOOK_EXIT_CGROUP_WRITE, err);
     free(list.p);
     free(file.p);
@@ -230,8 +246,11 @@ int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus, const 
         s_add(&err->msg, "' is not a cpu list");
         return cmk_fail(err, HOOK_EXIT_CGROUP_WRITE);
     }
-    if (!cs_within(cpus, &allowed))
-        widen_pod(parentfd, effective, cpus, &allowed);
+    str pod_path = {0};
+    parent_path(cg->path.p, &pod_path);
+    int status = cs_within(cpus, &allowed) ? 0 : widen_pod(parentfd, pod_path.p, cg->v2, effective, cpus, &allowed, err);
+    if (status)
+        return status;
     int count = 0;
     for (unsigned c = 0; c < MAX_CPUS; c++)
         if (cs_has(cpus, c) && !cs_has(&allowed, c)) {
@@ -250,11 +269,13 @@ int confine_cgroup(const struct cgroup *cg, long pid, const cpuset *cpus, const 
         s_add(&err->msg, "): the pools' CPUs must stay within the pods' cgroup");
         return cmk_fail(err, HOOK_EXIT_OUTSIDE);
     }
-    int status = write_cpus(dirfd, file.p, cpus, err);
+    status = cg->v2 ? systemd_record(cg->path.p, cpus, 0, err) : 0;
+    if (!status)
+        status = write_cpus(dirfd, file.p, cpus, err);
     if (!status)
         status = confine_below(dirfd, cg, cpus, err);
     if (!status && strrchr(cg->path.p, '/') != cg->path.p) /* the parent is not the hierarchy's root */
-        status = bound_pod(parentfd, pod.p, effective, sandbox, cpus, err);
+        status = bound_pod(parentfd, pod.p, pod_path.p, cg->v2, effective, sandbox, cpus, err);
     close(parentfd);
     close(dirfd);
     return status;

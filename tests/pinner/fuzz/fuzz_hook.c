@@ -37,6 +37,7 @@ static long fz_write(int fd, const void *p, size_t n);
 #include "json.c"
 #include "cgroup.c"
 #include "confine.c"
+#include "systemd.c"
 #include "hook.c"
 #undef write
 extern ssize_t write(int fd, const void *buf, size_t count); /* unistd.h declared it under the macro's name */
