@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from deviceplugin.cli.configfile import apply_config_file, defer_defaults
 from deviceplugin.cli.flags import (
@@ -18,6 +19,7 @@ from deviceplugin.cli.flags import (
     plan_options,
     slots,
 )
+from deviceplugin.host.cgroupdriver import DEFAULT_RUN_ROOT, node_cgroups
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.hostsettings import (
     DEFAULT_HOOKS_DIR,
@@ -31,6 +33,9 @@ from deviceplugin.model.hostsettings import (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defer_defaults(parser, add_flags(parser, ROOTS, PLAN, FlagGroup(None, (config_flag("host-config"), NODE_NAME))))
+    parser.add_argument("--run-root", type=Path, default=DEFAULT_RUN_ROOT, metavar="DIR",
+                        help="systemd is the init when DIR/systemd/system exists (default: /run); with the cgroup "
+                             "version under --sysfs-root's fs/cgroup it picks the cgroup driver printed")
     group = parser.add_argument_group("host settings")
     group.add_argument("--nohz-full", action="store_true",
                        help="also print nohz_full= for the isolated CPUs (tickless; needs a NO_HZ_FULL kernel)")
@@ -62,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         install_dir=args.install_dir,
         hooks_dir=args.hooks_dir,
     )
-    config = host_config(discover(args.sysfs_root, args.procfs_root), plan_options(args), host)
+    topology = discover(args.sysfs_root, args.procfs_root)
+    config = host_config(topology, plan_options(args), host, node_cgroups(args.sysfs_root, args.run_root))
     if args.output == "json":
         print(json.dumps(host_config_data(config), indent=2))
     else:

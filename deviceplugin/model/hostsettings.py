@@ -1,6 +1,7 @@
 """What a node needs outside Kubernetes for its pools: kernel line, kubelet settings, systemd drop-ins.
 
-Pure: a function of the topology and the pool flags, no I/O; ``cmk host-config`` prints it.
+Pure: a function of the topology, the pool flags and what the node's cgroups were seen to be (no I/O);
+``cmk host-config`` prints it.
 
 Why it works this way: ``docs/design/host-config.md``.
 """
@@ -37,6 +38,32 @@ CONTAINERD_BASE_SPEC = "/etc/containerd/cmk-base-spec.json"
 
 #: Host cgroup slices whose processes stay on infra (kubepods.slice is the kubelet's: not touched).
 HOST_SLICES = ("system.slice", "user.slice")
+
+#: CRI-O drop-in naming its cgroup manager, the kubelet's cgroupDriver (beside the node-wide hook's drop-in).
+CRIO_CGROUP_DROPIN = "/etc/crio/crio.conf.d/90-cmk-cgroup-driver.conf"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeCgroups:
+    """What the node's cgroups were seen to be: whether systemd is the init, and the cgroup version it boots."""
+
+    #: systemd is PID 1 (its ``sd_booted`` test: ``/run/systemd/system`` exists).
+    systemd: bool = False
+    #: 2: the unified hierarchy (``cgroup.controllers`` at ``/sys/fs/cgroup``); 1: cgroup v1 or hybrid;
+    #: None: no cgroup mount seen (a dump of sysfs without ``fs/cgroup``).
+    version: int | None = None
+
+    @property
+    def driver(self) -> str:
+        """The cgroup driver the kubelet and the runtime must both use: systemd's only with systemd on cgroup v2."""
+        return "systemd" if self.systemd and self.version == 2 else "cgroupfs"
+
+    @property
+    def seen(self) -> str:
+        """Why that driver, in a few words."""
+        init = "systemd is the init" if self.systemd else "systemd is not the init"
+        cgroup = {1: "cgroup v1", 2: "cgroup v2"}.get(self.version or 0, "no cgroup mount seen")
+        return f"{init}, {cgroup}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +104,9 @@ class HostConfig:
     #: Optional kernel settings that narrow what a root container may try (a second wall, not the bound).
     sysctls: tuple[DropIn, ...]
     notes: tuple[str, ...]
+    cgroups: NodeCgroups
+    #: Each runtime's cgroup driver, the same as the kubelet's ``cgroupDriver``.
+    cgroup_driver_config: tuple[DropIn, ...]
 
     @property
     def reboot_needed(self) -> bool:
@@ -168,6 +198,47 @@ def _runtime_config(host: HostOptions) -> tuple[DropIn, ...]:
     return tuple(files)
 
 
+def _cgroup_driver_config(cgroups: NodeCgroups, runtimes: Iterable[str]) -> tuple[DropIn, ...]:
+    """Each runtime's cgroup driver, the kubelet's ``cgroupDriver``: the two must agree."""
+    driver = cgroups.driver
+    header = "# Written from `cmk host-config`: the runtime's cgroup driver, the same as the kubelet's cgroupDriver.\n"
+    systemd = "true" if driver == "systemd" else "false"
+    files = []
+    if "containerd" in runtimes:
+        files.append(DropIn("/etc/containerd/config.toml",
+                            f"{header}# Merge this into the handler that runs pods (runc here), then "
+                            "`systemctl restart containerd`.\n"
+                            "# containerd 1.7 (config version 2):\n"
+                            '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+                            f"  SystemdCgroup = {systemd}\n"
+                            "# containerd 2.x (config version 3):\n"
+                            '# [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]\n'
+                            f"#   SystemdCgroup = {systemd}\n"))
+    if "crio" in runtimes:
+        files.append(DropIn(CRIO_CGROUP_DROPIN,
+                            f"{header}# Then `systemctl restart crio`.\n"
+                            f'[crio.runtime]\ncgroup_manager = "{driver}"\nconmon_cgroup = "pod"\n'))
+    return tuple(files)
+
+
+def _cgroup_notes(cgroups: NodeCgroups) -> list[str]:
+    notes = []
+    if cgroups.version == 1:
+        notes.append("this node boots cgroup v1: the kubelet 1.35+ refuses to start on it unless its configuration "
+                     "sets failCgroupV1: false (printed above)")
+        if cgroups.systemd:
+            notes.append("systemd is the init, but the node boots cgroup v1: the cgroupfs driver's settings are "
+                         "printed (cgroup v1 is tested with cgroupfs only; boot cgroup v2 for systemd's)")
+    elif cgroups.version is None:
+        notes.append("no cgroup mount under the sysfs root (a dump?): the cgroupfs driver's settings are printed; "
+                     "run host-config on the node to see its cgroup version and init")
+    if cgroups.driver == "systemd":
+        notes.append("systemd owns the containers' cgroups here: the node-wide and CDI hooks record each container's "
+                     "CPUs with systemd (`systemctl set-property --runtime`), so nothing else must be set for "
+                     "confinement to survive `systemctl daemon-reload`")
+    return notes
+
+
 def _reserved(plan: PoolPlan, cores: int) -> frozenset[int]:
     infra = plan.pools[Pool.INFRA]
     if cores < 1:
@@ -189,8 +260,9 @@ USERNS_SYSCTL = DropIn(
 )
 
 
-def host_config(topology: Topology, options: PlanOptions, host: HostOptions = HostOptions()) -> HostConfig:
-    """The kernel line, kubelet settings and drop-ins that serve ``options`` on this topology."""
+def host_config(topology: Topology, options: PlanOptions, host: HostOptions = HostOptions(),
+                cgroups: NodeCgroups = NodeCgroups()) -> HostConfig:
+    """The kernel line, kubelet settings and drop-ins that serve ``options`` on this topology and these cgroups."""
     unknown = [runtime for runtime in host.runtimes if runtime not in RUNTIMES]
     if unknown:
         raise CmkError(f"unknown container runtime {unknown[0]!r}; known: {', '.join(RUNTIMES)}")
@@ -226,9 +298,17 @@ def host_config(topology: Topology, options: PlanOptions, host: HostOptions = Ho
             "set the kernel command line above and reboot"
         )
 
-    kubelet = {
+    notes += _cgroup_notes(cgroups)
+
+    kubelet: dict[str, Any] = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
+        # the same as the runtime's (cgroup_driver_config): systemd's where systemd is the init on cgroup v2
+        "cgroupDriver": cgroups.driver,
+    }
+    if cgroups.version == 1:
+        kubelet["failCgroupV1"] = False  # the kubelet 1.35+ refuses cgroup v1 without it
+    kubelet |= {
         "cpuManagerPolicy": "none",
         "reservedSystemCPUs": format_cpu_list(reserved),
         # RuntimeDefault for every pod that names no seccomp profile: it refuses namespace creation to
@@ -248,6 +328,8 @@ def host_config(topology: Topology, options: PlanOptions, host: HostOptions = Ho
         runtime_config=_runtime_config(host),
         sysctls=(USERNS_SYSCTL,),
         notes=tuple(notes),
+        cgroups=cgroups,
+        cgroup_driver_config=_cgroup_driver_config(cgroups, host.runtimes),
     )
 
 
@@ -259,6 +341,9 @@ def host_config_data(config: HostConfig) -> dict[str, Any]:
         "kernel_cmdline": list(config.kernel_args),
         "kubelet_config": config.kubelet,
         "kubelet_allocatable_cpu": len(config.online) - len(config.reserved),
+        "cgroup": {"driver": config.cgroups.driver, "systemd": config.cgroups.systemd,
+                   "version": config.cgroups.version},
+        "cgroup_driver_config": [{"path": d.path, "content": d.content} for d in config.cgroup_driver_config],
         "systemd_dropins": [{"path": d.path, "content": d.content} for d in config.dropins],
         "runtime_config": [{"path": d.path, "content": d.content} for d in config.runtime_config],
         "sysctls": [{"path": d.path, "content": d.content} for d in config.sysctls],
@@ -284,6 +369,7 @@ def render_text(config: HostConfig) -> str:
         "",
         "## Kubelet configuration: merge into the kubelet's config file (e.g. /var/lib/kubelet/config.yaml)",
         "# Changing cpuManagerPolicy: stop the kubelet, remove /var/lib/kubelet/cpu_manager_state, start it.",
+        "# cgroupDriver must be the runtime's too (below); change the two together, on a drained node.",
         (f"# Allocatable cpu = {len(config.online)} online - {len(config.reserved)} reserved = "
          f"{data['kubelet_allocatable_cpu']}: pinned pods request the cpu of their CPUs."),
         yaml.safe_dump(config.kubelet, sort_keys=False).rstrip(),
@@ -292,6 +378,11 @@ def render_text(config: HostConfig) -> str:
     ]
     for dropin in config.dropins:
         lines += [f"### {dropin.path}", dropin.content.rstrip(), ""]
+    if config.cgroup_driver_config:
+        driver, seen = config.cgroups.driver, config.cgroups.seen
+        lines += [f"## Container runtime: cgroup driver {driver}, as the kubelet's cgroupDriver ({seen})", ""]
+    for file in config.cgroup_driver_config:
+        lines += [f"### {file.path}", file.content.rstrip(), ""]
     if config.runtime_config:
         lines += ["## Container runtime: the node-wide hook, so every container is born confined", ""]
     for file in config.runtime_config:

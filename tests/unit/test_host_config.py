@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from deviceplugin.errors import CmkError
 from deviceplugin.model.hostsettings import (
     HostOptions,
+    NodeCgroups,
     host_config,
     host_config_data,
     render_text,
@@ -282,3 +285,157 @@ def test_describe_on_the_shipped_example_says_it_plans_other_cpus_than_host_conf
     assert f"host-config's line is {config['kernel_cmdline'][0]};" in note
     assert "booted with isolcpus=0-3,8-11" in note
     assert all(f"{pool} {cpus}" in note for pool, cpus in config["pools"].items() if cpus)
+
+
+# --- the cgroup driver: systemd's where systemd is the init on cgroup v2, cgroupfs elsewhere ------------------
+
+CONTAINERD_17_OPTIONS = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+CONTAINERD_2_OPTIONS = '# [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]\n'
+SYSTEMD_NOTE = ("the node-wide and CDI hooks record each container's CPUs with systemd (`systemctl set-property "
+                "--runtime`), so nothing else must be set for confinement to survive `systemctl daemon-reload`")
+V1_NOTE = "the kubelet 1.35+ refuses to start on it unless its configuration sets failCgroupV1: false"
+
+#: (systemd is the init, cgroup version) -> the driver every part of the node must use.
+DRIVERS = [
+    (True, 2, "systemd"),
+    (False, 2, "cgroupfs"),
+    (True, 1, "cgroupfs"),
+    (False, 1, "cgroupfs"),
+    (True, None, "cgroupfs"),
+    (False, None, "cgroupfs"),
+]
+
+
+@pytest.mark.parametrize(("systemd", "version", "driver"), DRIVERS)
+def test_kubelet_and_runtimes_get_one_cgroup_driver(systemd, version, driver):
+    cgroups = NodeCgroups(systemd=systemd, version=version)
+    config = host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=2, num_shared_cores=1), HostOptions(),
+                         cgroups)
+    data = host_config_data(config)
+    assert data["cgroup"] == {"driver": driver, "systemd": systemd, "version": version}
+    assert config.kubelet["cgroupDriver"] == driver
+    files = {f["path"]: f["content"] for f in data["cgroup_driver_config"]}
+    assert list(files) == ["/etc/containerd/config.toml", "/etc/crio/crio.conf.d/90-cmk-cgroup-driver.conf"]
+    flag = "true" if driver == "systemd" else "false"
+    assert f"{CONTAINERD_17_OPTIONS}  SystemdCgroup = {flag}\n" in files["/etc/containerd/config.toml"]
+    assert f"{CONTAINERD_2_OPTIONS}#   SystemdCgroup = {flag}\n" in files["/etc/containerd/config.toml"]
+    assert (f'[crio.runtime]\ncgroup_manager = "{driver}"\nconmon_cgroup = "pod"\n'
+            in files["/etc/crio/crio.conf.d/90-cmk-cgroup-driver.conf"])
+    # cgroup v1: the kubelet 1.35+ needs failCgroupV1: false, printed with its note; never elsewhere
+    assert ("failCgroupV1" in config.kubelet) == (version == 1)
+    assert config.kubelet.get("failCgroupV1", False) is False
+    assert any(V1_NOTE in note for note in config.notes) == (version == 1)
+    assert any(SYSTEMD_NOTE in note for note in config.notes) == (driver == "systemd")
+    assert any("no cgroup mount" in note for note in config.notes) == (version is None)
+    assert any("systemd is the init, but the node boots cgroup v1" in note for note in config.notes) == \
+        (systemd and version == 1)
+
+
+def test_the_cgroup_driver_follows_the_runtimes_asked_for():
+    topology, options = build_topology(SMT8), PlanOptions()
+    systemd = NodeCgroups(systemd=True, version=2)
+    only = host_config(topology, options, HostOptions(runtimes=("containerd",)), systemd).cgroup_driver_config
+    assert [f.path for f in only] == ["/etc/containerd/config.toml"]
+    text = render_text(host_config(topology, options, HostOptions(runtimes=("crio",)), systemd))
+    assert "## Container runtime: cgroup driver systemd, as the kubelet's cgroupDriver " \
+           "(systemd is the init, cgroup v2)" in text.splitlines()
+    assert 'cgroup_manager = "systemd"' in text and "SystemdCgroup" not in text
+
+
+def fake_node(tmp_path: Path, *, systemd: bool | str, cgroup: str | None) -> list[str]:
+    """The xeon_d dump under ``tmp_path`` as a node root: ``run/systemd/system`` and ``sys/fs/cgroup`` as asked.
+
+    ``systemd``: True (the directory), False (absent) or "file" (a file there: not systemd's test); ``cgroup``:
+    "v2" (``cgroup.controllers`` at its root), "v1" (per-controller directories), None (no fs/cgroup).
+    """
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path, isolcpus="", cmdline="ro quiet")
+    run = tmp_path / "run"
+    run.mkdir()
+    if systemd is True:
+        (run / "systemd" / "system").mkdir(parents=True)
+    elif systemd == "file":
+        (run / "systemd").mkdir()
+        (run / "systemd" / "system").write_text("")
+    if cgroup == "v2":
+        (sysfs / "fs" / "cgroup").mkdir(parents=True)
+        (sysfs / "fs" / "cgroup" / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids rdma misc\n")
+    elif cgroup == "v1":
+        for controller in ("cpuset", "cpu,cpuacct", "memory", "systemd", "unified"):  # hybrid: v1 to the kubelet
+            (sysfs / "fs" / "cgroup" / controller).mkdir(parents=True)
+    return [*roots(sysfs, procfs), "--run-root", str(run)]
+
+
+#: (run/systemd/system, sys/fs/cgroup) -> the kubelet's lines and containerd's SystemdCgroup line host-config prints.
+FAKE_NODES = [
+    (True, "v2", ["cgroupDriver: systemd"], "  SystemdCgroup = true"),
+    (False, "v2", ["cgroupDriver: cgroupfs"], "  SystemdCgroup = false"),
+    ("file", "v2", ["cgroupDriver: cgroupfs"], "  SystemdCgroup = false"),
+    (True, "v1", ["cgroupDriver: cgroupfs", "failCgroupV1: false"], "  SystemdCgroup = false"),
+    (False, "v1", ["cgroupDriver: cgroupfs", "failCgroupV1: false"], "  SystemdCgroup = false"),
+    (True, None, ["cgroupDriver: cgroupfs"], "  SystemdCgroup = false"),
+]
+
+
+@pytest.mark.parametrize(("systemd", "cgroup", "kubelet", "containerd"), FAKE_NODES)
+def test_host_config_prints_the_cgroup_driver_of_the_node_it_is_pointed_at(tmp_path, systemd, cgroup, kubelet,
+                                                                          containerd):
+    flags = [*fake_node(tmp_path, systemd=systemd, cgroup=cgroup), "--num-exclusive-cores", "1",
+             "--num-shared-cores", "0", "--runtime", "containerd"]
+    text = cmk("host-config", *flags)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    start = lines.index("kind: KubeletConfiguration") + 1
+    assert lines[start:start + len(kubelet) + 1] == [*kubelet, "cpuManagerPolicy: none"]
+    driver = kubelet[0].split(": ")[1]
+    header = next(line for line in lines if line.startswith("## Container runtime: cgroup driver"))
+    assert header.startswith(f"## Container runtime: cgroup driver {driver}, as the kubelet's cgroupDriver (")
+    block = lines[lines.index(CONTAINERD_17_OPTIONS.rstrip()):]
+    assert block[1] == containerd and block[3:5] == [CONTAINERD_2_OPTIONS.rstrip(), f"# {containerd}"]
+    assert (SYSTEMD_NOTE in text.stdout) == (driver == "systemd")
+    assert (V1_NOTE in text.stdout) == (cgroup == "v1")
+    data = json.loads(cmk("host-config", "-o", "json", *flags).stdout)
+    assert data["cgroup"] == {"driver": driver, "systemd": systemd is True,
+                              "version": {"v2": 2, "v1": 1, None: None}[cgroup]}
+    assert data["kubelet_config"]["cgroupDriver"] == driver
+
+
+NODE_CONFIGURATIONS = ROOT / "docs" / "user" / "node-configurations.md"
+#: the table's rows and the node each stands for
+DOC_ROWS = {
+    "cgroup v1 + cgroupfs": NodeCgroups(systemd=False, version=1),
+    "cgroup v2 + cgroupfs (systemd is not the init)": NodeCgroups(systemd=False, version=2),
+    "cgroup v2 + systemd (systemd is the init)": NodeCgroups(systemd=True, version=2),
+}
+
+
+def test_the_node_configurations_table_says_what_host_config_prints_for_each_row():
+    rows = {cells[1].strip(): cells[2:] for line in NODE_CONFIGURATIONS.read_text().splitlines()
+            if line.startswith("| cgroup ") and (cells := line.split("|"))}
+    assert list(rows) == list(DOC_ROWS)
+    for name, cgroups in DOC_ROWS.items():
+        kubelet, containerd, crio = (cell.strip() for cell in rows[name][:3])
+        config = host_config(build_topology(SMT8), PlanOptions(), HostOptions(), cgroups)
+        assert f"`cgroupDriver: {config.kubelet['cgroupDriver']}`" in kubelet
+        assert ("`failCgroupV1: false`" in kubelet) == ("failCgroupV1" in config.kubelet)
+        files = {f.path: f.content for f in config.cgroup_driver_config}
+        (systemd_cgroup,) = {line.strip() for line in files["/etc/containerd/config.toml"].splitlines()
+                             if line.startswith("  SystemdCgroup")}
+        assert containerd == f"`{systemd_cgroup}`"
+        settings = files["/etc/crio/crio.conf.d/90-cmk-cgroup-driver.conf"].split("[crio.runtime]\n")[1].splitlines()
+        assert crio == ", ".join(f"`{line}`" for line in settings)
+    text = NODE_CONFIGURATIONS.read_text()
+    assert CONTAINERD_17_OPTIONS.strip() in text and CONTAINERD_2_OPTIONS.strip("# \n") in text
+    assert "/etc/crio/crio.conf.d/90-cmk-cgroup-driver.conf" in text and "CRI-O 1.23+ is **untested**" in text
+
+
+def test_the_node_configurations_commands_run_as_written():
+    text = NODE_CONFIGURATIONS.read_text()
+    block = text.partition("Which row a node is (run these on the node):\n\n")[2].partition("\n\n")[0]
+    assert block and all(line.startswith("    ") for line in block.splitlines()), block
+    for command in [line[4:] for line in block.splitlines()]:
+        if command.startswith("cmk "):
+            result = cmk(*shlex.split(command)[1:])
+        else:
+            result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False, timeout=30)
+        assert (result.returncode, result.stderr) == (0, ""), command
+        assert result.stdout.strip(), command
