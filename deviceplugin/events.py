@@ -107,11 +107,10 @@ class KubeletRestart(Event):
 
 @dataclass(frozen=True)
 class ServingAgain(Event):
-    """The servers stop and start anew, and every pool registers again; ``reason`` says why.
+    """The servers stop; once ``kubelet.sock`` accepts, they serve anew and register again. ``reason`` says why.
 
-    Not a count of kubelet restarts: a starting kubelet's sweep lists the directory before it
-    unlinks, so it can remove a socket the daemon bound in reply to that same restart, and the
-    daemon then serves a second time for one kubelet.
+    Not a count of kubelet restarts (:class:`KubeletRestart` is): a socket of ours removed by
+    hand, or the plugin directory re-made, serve anew too.
     """
 
     name: ClassVar[str] = "serving_again"
@@ -120,7 +119,8 @@ class ServingAgain(Event):
 
     @property
     def message(self) -> str:
-        return f"stopping {self.servers} servers, serving anew, registering again: {self.reason}"
+        return (f"stopping {self.servers} servers; serving anew and registering again once kubelet.sock accepts: "
+                f"{self.reason}")
 
 
 @dataclass(frozen=True)

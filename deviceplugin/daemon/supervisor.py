@@ -36,7 +36,7 @@ from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
 from deviceplugin.model.devices import DeviceTree, health_changes
 from deviceplugin.model.node import NodePlan, plan_node
 from deviceplugin.model.withheld import Withheld
-from deviceplugin.protocol.registration import socket_identity
+from deviceplugin.protocol.registration import kubelet_listens, socket_identity
 from deviceplugin.protocol.server import PoolServer, Preference
 from pinner.cpulist import format_cpu_list
 
@@ -75,6 +75,8 @@ class Daemon:
         self._lock = NodeLock(settings.kubelet_dir)
         self._dir_identity: tuple[int, int] | None = None
         self._online = self.topology.online
+        #: Servers stopped after a kubelet restart: none is bound until the new kubelet.sock accepts (:meth:`_restart`).
+        self._awaiting_kubelet = False
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -168,13 +170,13 @@ class Daemon:
                 if self._plugin_dir_replaced():
                     self._rewatch()
                     self._restart("the plugin directory was replaced")
-                elif (Wake.KUBELET_SOCKET in batch or any(isinstance(i, SocketGone) for i in batch)) \
-                        and (reason := self._pools.kubelet_restarted(
-                            {i.name for i in batch if isinstance(i, SocketGone)}, Wake.KUBELET_SOCKET in batch)):
+                elif not self._awaiting_kubelet and (reason := self._kubelet_gone(batch)):
                     self._restart(reason)
+                if self._awaiting_kubelet:
+                    self._serve_once_the_kubelet_listens(just_created=Wake.KUBELET_SOCKET in batch)
                 self._pools.register_lost()  # after a restart: the lost streams were the old servers'
-                if self._cpu_manager.none_now():  # the refused pools' kubelet is back at policy none
-                    self._pools.stop()
+                if not self._awaiting_kubelet and self._cpu_manager.none_now():
+                    self._pools.stop()  # the refused pools' kubelet is back at policy none: serve them all
                     self._serve()
             except Exception:  # noqa: BLE001 - the daemon must outlive any single bad event; the event logs the traceback
                 self.events.emit(EventFailed(tuple(sorted(map(str, batch)))))
@@ -199,10 +201,34 @@ class Daemon:
         self._learn_held()  # before any device is advertised: a held core must not look free
         self._pools.serve(self.tree, refused=self._cpu_manager.refusals(self.tree))
 
+    def _kubelet_gone(self, batch: set[Item]) -> str:
+        """Why the pools may be tied to a kubelet that is gone (a socket of ours removed, a new kubelet.sock), or ""."""
+        gone = {item.name for item in batch if isinstance(item, SocketGone)}
+        created = Wake.KUBELET_SOCKET in batch
+        return self._pools.kubelet_restarted(gone, created) if gone or created else ""
+
     def _restart(self, reason: str) -> None:
+        """Stop every server now; :meth:`_serve_once_the_kubelet_listens` serves anew.
+
+        Not at once: a starting kubelet unlinks every socket in the directory
+        and only then listens on a new ``kubelet.sock``, so the first socket of
+        ours to go comes while its sweep still runs (it would unlink sockets
+        bound now as well) and while nothing listens but, perhaps, the file
+        the dead kubelet left: pod resources unread, every Register refused.
+        """
         self.events.emit(ServingAgain(len(self._pools.servers), reason))
         self._pools.stop()
-        self._serve()
+        self._awaiting_kubelet = True
+
+    def _serve_once_the_kubelet_listens(self, *, just_created: bool) -> None:
+        """Serve and register again once ``kubelet.sock`` accepts connections; until then, every wake asks again.
+
+        A socket of ours removed while the same kubelet still listens (by
+        hand, say) is served again at once: its ``kubelet.sock`` accepts.
+        """
+        if kubelet_listens(self.kubelet_socket, just_created=just_created):
+            self._awaiting_kubelet = False
+            self._serve()
 
     def _count_kubelet(self, batch: set[Item]) -> None:
         """A kubelet.sock created after one was there is a kubelet restart: counted once, whatever it removed."""

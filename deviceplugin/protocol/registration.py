@@ -3,14 +3,17 @@
 The registrar retries with exponential backoff while there is no kubelet and
 never gives up: a node daemon must outlive kubelet restarts and upgrades.
 It remembers which ``kubelet.sock`` (by inode) each pool registered with, so
-the daemon can tell a new kubelet from the one it already serves.
+the daemon can tell a new kubelet from the one it already serves, and
+:func:`kubelet_listens` tells a kubelet from the file a dead one left.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,30 @@ def socket_identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
+
+
+def kubelet_listens(kubelet_socket: Path, *, just_created: bool = False) -> bool:
+    """Whether a server accepts connections on ``kubelet_socket`` now (a bare connect: no gRPC call).
+
+    The file alone proves nothing after a kubelet restart: a killed kubelet
+    leaves its ``kubelet.sock`` behind, refusing connections, until the next
+    one's sweep unlinks it; and a starting kubelet binds the new one a moment
+    before it listens. So a ``just_created`` socket's refusals are retried
+    for up to :data:`CONNECT_TIMEOUT`; any other is asked once.
+    """
+    deadline = time.monotonic() + (CONNECT_TIMEOUT if just_created else 0.0)
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(CONNECT_TIMEOUT)
+            try:
+                sock.connect(str(kubelet_socket))
+            except OSError:
+                pass
+            else:
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(FIRST_DELAY)
 
 
 class RegisterError(Exception):

@@ -10,13 +10,18 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from api.constants import KUBELET_SOCKET_NAME
 from deviceplugin.daemon import Daemon, DaemonSettings, socket_name
 from deviceplugin.errors import CmkError
+from deviceplugin.events import Event, ServingAgain
 from deviceplugin.model import cdispec
 from deviceplugin.standin import ContainerSpec, PodSpec
 from tests.support.daemon import (
@@ -31,6 +36,14 @@ from tests.support.daemon import (
 from tests.support.topologies import fixture_copy
 
 SERVED = {EXCLUSIVE, SHARED, INFRA}
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """For a kubelet that is a process: no stand-in object here to wait on."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.05)
 
 
 def wait_for_file(path: Path, timeout: float = 30) -> None:
@@ -183,6 +196,44 @@ def test_a_socket_the_starting_kubelet_unlinks_right_after_the_rebind_is_served_
         assert kubelet.violations() == []
     finally:
         daemon.stop()
+
+
+def test_after_a_kubelet_restart_nothing_is_served_until_the_new_kubelet_sock_accepts(make_kubelet, plugin_dir,
+                                                                                     tmp_path):
+    """A killed kubelet leaves its kubelet.sock behind with nobody listening; the next one unlinks every socket
+    in the directory, in the order it listed them, and only then listens on a new kubelet.sock. Before: at the
+    first socket of its own to go, the daemon bound new ones and registered at once, while the sweep went on
+    (which could unlink them again) and nothing accepted on kubelet.sock but a dead kubelet's file. Here the
+    sweep reaches the daemon's sockets first and the new kubelet listens a second later: meanwhile the daemon
+    binds nothing; then it serves once and every pool registers once."""
+    old = subprocess.Popen([sys.executable, "-m", "deviceplugin.standin", "--plugin-dir", str(plugin_dir)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    daemon = cdi_daemon(plugin_dir, tmp_path)
+    seen: list[Event] = []
+    daemon.events.listen(seen.append)
+    try:
+        wait_until((plugin_dir / KUBELET_SOCKET_NAME).exists, "the first kubelet (a process) listening")
+        daemon.start()
+        wait_until(lambda: daemon.registered, "registered with the first kubelet")
+        seen.clear()
+        old.kill()  # SIGKILL: its kubelet.sock stays, refusing connections
+        old.wait(timeout=10)
+        assert (plugin_dir / KUBELET_SOCKET_NAME).exists()
+        for name in our_sockets(plugin_dir):  # the new kubelet's sweep, the daemon's sockets first
+            (plugin_dir / name).unlink()
+        time.sleep(1.0)
+        assert our_sockets(plugin_dir) == [], "the daemon served before any kubelet listened"
+        kubelet = make_kubelet()  # its sweep unlinks the dead kubelet's socket; then it listens
+        wait_registered(kubelet, SERVED)
+        kubelet.wait_for(lambda: daemon.registered, what="the daemon's view: registered with the new kubelet")
+        assert sorted(r.resource for r in kubelet.registrations()) == sorted(SERVED)  # once each
+        assert [e.reason for e in seen if isinstance(e, ServingAgain)] == ["a plugin socket of ours was removed"]
+        assert kubelet.violations() == []
+    finally:
+        daemon.stop()
+        if old.poll() is None:
+            old.kill()
+            old.wait()
 
 
 # --- the plugin directory re-made ------------------------------------------------------------------

@@ -13,7 +13,12 @@ import grpc
 
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.protocol.registration import Registrar, Registration, socket_identity
+from deviceplugin.protocol.registration import (
+    Registrar,
+    Registration,
+    kubelet_listens,
+    socket_identity,
+)
 
 
 class ReplacingKubelet(pb_grpc.RegistrationServicer):
@@ -84,3 +89,24 @@ def test_a_pool_the_kubelet_keeps_refusing_does_not_hold_the_others_up(plugin_di
     finally:
         registrar.cancel(wait=True)
         server.stop(None)
+
+
+def test_a_kubelet_sock_listens_only_while_a_server_accepts_on_it(plugin_dir: Path) -> None:
+    """What the daemon waits for after a kubelet restart: a dead kubelet's file is no kubelet, and a new
+    kubelet.sock bound a moment before its kubelet listens is one once it does."""
+    path = plugin_dir / "kubelet.sock"
+    assert not kubelet_listens(path)  # no file
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(str(path))
+    assert path.exists() and not kubelet_listens(path, just_created=True)  # the file a killed kubelet leaves
+    path.unlink()
+    with socket.socket(socket.AF_UNIX) as starting:
+        starting.bind(str(path))
+        assert not kubelet_listens(path)
+        timer = threading.Timer(0.1, starting.listen)
+        timer.start()
+        try:
+            assert kubelet_listens(path, just_created=True)  # its refusals retried until it listens
+        finally:
+            timer.join()
+        assert kubelet_listens(path)
