@@ -9,7 +9,9 @@ there and nothing else. Why each setting is what it is: the shared recipe ``real
 ``../shared/docs``) and the comments below; what differs from a production node: docs/dev/tests.md.
 
 A component that does not come up raises :class:`ComponentFailed` with the tail of its log, so the
-session fixture fails every test with the reason instead of skipping.
+session fixture fails every test with the reason instead of skipping; so does another kubelet listening
+on the machine's ``kubelet.sock``. The teardown runs once: at the session's end, or at SIGTERM or SIGINT
+(:class:`SignalTeardown`), after which the process ends as the signal would have ended it.
 """
 
 from __future__ import annotations
@@ -23,13 +25,17 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, Self
+
+from api.constants import DEVICE_PLUGIN_DIR, KUBELET_SOCKET_NAME
 
 NODE_NAME = "cmk-cluster-node"
 #: a private /24 nobody else on these machines uses, on a bridge of our own
@@ -53,6 +59,10 @@ FIXED_PATHS = (
     Path("/opt/containerd"),
     Path("/etc/containerd"),
 )
+#: The kubelet's registration socket (pluginapi.KubeletSocket): one kubelet per machine can serve it.
+KUBELET_SOCKET = Path(DEVICE_PLUGIN_DIR) / KUBELET_SOCKET_NAME
+#: /proc/net/unix's flag of a listening socket (__SO_ACCEPTCON).
+_ACCEPTING = 0x10000
 #: sysctls the kubelet sets at start (setupKernelTunables, protectKernelDefaults false); restored after
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
                    "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes")
@@ -60,6 +70,112 @@ KUBELET_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "k
 
 class ComponentFailed(Exception):
     """A component did not start or the node did not become usable; the message holds its log tail."""
+
+
+def listener_pids(path: Path) -> list[int]:
+    """The processes holding a listening unix socket bound at ``path``, as this network namespace's
+    ``/proc/net/unix`` and each process's ``/proc/PID/fd`` show them; [] when none is visible."""
+    inodes = set()
+    with contextlib.suppress(OSError), open("/proc/net/unix") as table:
+        for line in list(table)[1:]:
+            fields = line.split(maxsplit=7)  # Num RefCount Protocol Flags Type St Inode Path
+            if len(fields) == 8 and fields[7].strip() == str(path) and int(fields[3], 16) & _ACCEPTING:
+                inodes.add(f"socket:[{fields[6]}]")
+    pids = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) in inodes for fd in fd_dir.iterdir()):
+                pids.add(int(fd_dir.parent.name))
+    return sorted(pids)
+
+
+def socket_holder(path: Path) -> str | None:
+    """Who accepts connections on the unix socket ``path`` ("pid 812 (kubelet)"), or None if nothing does.
+
+    Connecting is the test: a socket file whose listener died (a killed kubelet leaves one) is not held,
+    and the next kubelet removes it.
+    """
+    with socket.socket(socket.AF_UNIX) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return None
+    named = []
+    for pid in listener_pids(path):
+        try:
+            named.append(f"pid {pid} ({Path(f'/proc/{pid}/comm').read_text().strip()})")
+        except OSError:
+            named.append(f"pid {pid}")
+    return ", ".join(named) or "a process this session cannot see (another network namespace?)"
+
+
+def refuse_a_held_kubelet_socket(path: Path = KUBELET_SOCKET) -> None:
+    """Raise :class:`ComponentFailed` in one line while another kubelet serves ``path``.
+
+    Our kubelet's start-up sweep would delete that kubelet's plugin sockets and its own, and both
+    would serve one device-plugin directory: refuse before anything is started or written.
+    """
+    holder = socket_holder(path)
+    if holder is not None:
+        raise ComponentFailed(f"another kubelet listens on {path} ({holder}): stop it before running the "
+                              "cluster tier, which needs the machine's device-plugin directory to itself")
+
+
+class SignalTeardown:
+    """``teardown`` run once, by :meth:`run` or at SIGTERM or SIGINT, whichever comes first.
+
+    Python dies at SIGTERM without a word, and pytest stops where a Ctrl-C lands: either way a
+    killed run left the node's processes, mounts and cgroups behind. While this is entered, such a
+    signal runs the teardown, then ends the process as the signal would have (default action, so a
+    shell sees 128+N). A signal during a teardown already under way lets it finish first.
+    """
+
+    def __init__(self, teardown: Callable[[], list[str]],
+                 signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        self._teardown, self._signals = teardown, tuple(signals)
+        self._previous: dict[signal.Signals, Any] = {}
+        self._state = "pending"  # then "running", then "done"
+        self._problems: list[str] = []
+        self._signalled: signal.Signals | None = None
+
+    def __enter__(self) -> Self:
+        for number in self._signals:
+            self._previous[number] = signal.signal(number, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous.clear()
+
+    def run(self) -> list[str]:
+        """The teardown's problems; it runs on the first call only (later calls return the same list)."""
+        if self._state == "pending":
+            self._state = "running"
+            try:
+                self._problems = self._teardown()
+            finally:
+                self._state = "done"
+                if self._signalled is not None:  # it came during this teardown: act on it now
+                    self._die(self._signalled)
+        return self._problems
+
+    def _on_signal(self, number: int, frame: FrameType | None) -> None:
+        if self._signalled is None:  # a second signal does not change how the process ends
+            self._signalled = signal.Signals(number)
+        if self._state == "running":
+            return  # the teardown under way goes on; run() ends the process after it
+        self.run()
+        self._die(self._signalled)
+
+    def _die(self, number: signal.Signals) -> None:
+        left = "; left behind: " + "; ".join(self._problems) if self._problems else ""
+        print(f"cluster tier: {number.name}: the node is torn down{left}", file=sys.stderr, flush=True)
+        signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
+        os.kill(os.getpid(), number)
+        os._exit(128 + number)  # not reached: the signal's default action ends the process
 
 
 def free_port() -> int:
@@ -158,8 +274,11 @@ class Node:
     tokens: dict[str, str] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     product_image: str = ""  # the imported cmk-deviceplugin image
-    chains: set[tuple[str, str, str]] = field(default_factory=set)  # iptables chains before the kubelet
-    nft_tables: set[str] = field(default_factory=set)  # the nf_tables tables iptables-nft showed before
+    # iptables chains and nf_tables tables before the kubelet; None until read: a teardown then removes none
+    chains: set[tuple[str, str, str]] | None = None
+    nft_tables: set[str] | None = None
+    #: What :meth:`down` reported; None until it ran (it runs once: a second call returns this).
+    teardown_problems: list[str] | None = field(default=None, init=False)
 
     # --- where things live ---------------------------------------------------------------------
 
@@ -221,6 +340,7 @@ class Node:
 
     def up(self, images: Sequence[Path]) -> None:
         """Start every component in order and wait until the node is Ready; ``images`` are archives to import."""
+        self.chains, self.nft_tables = iptables_chains(), nft_tables()
         for fixed in FIXED_PATHS:
             if not fixed.exists():
                 self.created.append(fixed)
@@ -229,7 +349,6 @@ class Node:
                 self.sysctls[name] = Path("/proc/sys", name).read_text().strip()
         for name in ("etcd", "etcd-peer", "apiserver", "kubelet", "kubelet-healthz"):
             self.ports[name] = free_port()
-        self.chains, self.nft_tables = iptables_chains(), nft_tables()
         self._pki()
         self._etcd()
         self._apiserver()
@@ -415,7 +534,6 @@ state = "{d / 'state'}"
 
     def _install_pinner(self) -> None:
         """The order docs/user/node-wide-hook.md gives containerd: the hook's binary on the node before the base spec names it."""
-        import sys
         root = Path(__file__).resolve().parents[2]
         result = subprocess.run([sys.executable, "-m", "deviceplugin", "install", "--install-dir", str(self.install_dir),
                                  "--config", str(root / "deploy" / "base" / "config.yaml")],
@@ -432,7 +550,6 @@ state = "{d / 'state'}"
 
     def host_config_hook(self) -> dict[str, Any]:
         """The hook entry ``cmk host-config --runtime containerd`` prints for this node's install dir."""
-        import sys
         result = subprocess.run([sys.executable, "-m", "deviceplugin", "host-config", "--runtime", "containerd",
                                  "--install-dir", str(self.install_dir), "--output", "json"],
                                 capture_output=True, text=True, check=True)
@@ -520,7 +637,16 @@ state = "{d / 'state'}"
     # --- teardown ------------------------------------------------------------------------------
 
     def down(self) -> list[str]:
-        """Remove everything the tier made; returns what it could not remove (the fixture reports it)."""
+        """Remove everything the tier made; returns what it could not remove (the fixture reports it).
+
+        Once: a second call (a signal's teardown after the session's, say) returns the first one's
+        report and touches nothing, since by then another session may have the machine.
+        """
+        if self.teardown_problems is None:
+            self.teardown_problems = self._down()
+        return self.teardown_problems
+
+    def _down(self) -> list[str]:
         problems: list[str] = []
         kubelet = self.processes.get("kubelet")
         if kubelet is not None and kubelet.popen is not None and kubelet.popen.poll() is None:
@@ -607,6 +733,8 @@ state = "{d / 'state'}"
 
     def _remove_chains(self, problems: list[str]) -> None:
         """The chains the kubelet added (its KUBE-*-CANARY chains), and the rules jumping to them."""
+        if self.chains is None or self.nft_tables is None:
+            return  # stopped before they were read: every chain and table is someone else's
         for tool, table, chain in sorted(iptables_chains() - self.chains):
             rules = subprocess.run([f"{tool}-save", "-t", table], capture_output=True, text=True,
                                    check=False).stdout.splitlines()
@@ -636,10 +764,14 @@ state = "{d / 'state'}"
 
 
 @contextlib.contextmanager
-def running_node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[Node]:
-    """A node that is up for the ``with`` body and gone after, whatever happened during bring-up.
+def running_node(bin_dir: Path, logs: Path, images: Sequence[Path], *,
+                 kubelet_socket: Path = KUBELET_SOCKET) -> Iterator[Node]:
+    """A node that is up for the ``with`` body and gone after, whatever happened during bring-up,
+    and gone too at SIGTERM or SIGINT (:class:`SignalTeardown`).
 
-    ``logs`` (the components' logs) is outside the node's directory so that they outlive it.
+    ``logs`` (the components' logs) is outside the node's directory so that they outlive it. Refused
+    while a kubelet not of this tier listens on ``kubelet_socket``: checked once the lock is ours, so
+    another session of the tier is waited for rather than refused.
     """
     # One node per machine: the kubelet's device-plugin directory, the pod cgroups and the netns
     # directory are the machine's. The lock is on the directory that holds /var/lib/kubelet, the same
@@ -650,6 +782,7 @@ def running_node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[
     try:
         for lock in locks:
             fcntl.flock(lock, fcntl.LOCK_EX)
+        refuse_a_held_kubelet_socket(kubelet_socket)
         yield from _node(bin_dir, logs, images)
     finally:
         for lock in locks:
@@ -658,14 +791,15 @@ def running_node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[
 
 def _node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[Node]:
     node = Node(bin_dir, logs)
-    try:
-        node.up(images)
-    except BaseException:
-        node.down()
-        raise
-    try:
-        yield node
-    finally:
-        problems = node.down()
-        if problems:
-            raise AssertionError("teardown left things behind:\n" + "\n".join(problems))
+    with SignalTeardown(node.down) as teardown:
+        try:
+            node.up(images)
+        except BaseException:
+            teardown.run()
+            raise
+        try:
+            yield node
+        finally:
+            problems = teardown.run()
+            if problems:
+                raise AssertionError("teardown left things behind:\n" + "\n".join(problems))
