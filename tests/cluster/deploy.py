@@ -252,23 +252,35 @@ def describe_section(text: str, title: str) -> dict[str, list[str]]:
     return rows
 
 
+def millicores(quantity: Any) -> int:
+    """A cpu quantity as the examples write it ("2", 3, "250m") in millicores."""
+    text = str(quantity)
+    return int(text[:-1]) if text.endswith("m") else int(text) * 1000
+
+
 def workload_pod(manifest: dict[str, Any], served: set[str], threads_per_core: int) -> dict[str, Any]:
     """A shipped example made runnable here: the local busybox image, containers only for pools this node
     serves, and the exclusive containers' cpu sized to this node's threads per core (the example says
-    "cpu = its hardware threads (2 on SMT machines)")."""
+    "cpu = its hardware threads (2 on SMT machines)"). A container that also holds a slot keeps what its
+    limit adds above its requests (its time on the slot's CPUs) on top of its cores' threads."""
     pod = json.loads(json.dumps(manifest))
     kept = []
     for container in pod["spec"]["containers"]:
-        limits = container["resources"]["limits"]
+        resources = container["resources"]
+        limits = resources["limits"]
         wanted = {r for r in limits if r.startswith(RESOURCE_PREFIX)}
         if not wanted <= served:
             continue
         container["image"] = BUSYBOX_IMAGE
         container["imagePullPolicy"] = "Never"
         cores = sum(int(limits[r]) for r in wanted if "exclusive" in r)
-        if cores:
+        if cores and len(wanted) > sum(1 for r in wanted if "exclusive" in r):  # cores and a slot
+            extra = millicores(limits["cpu"]) - millicores(resources["requests"]["cpu"])
+            resources["requests"]["cpu"] = str(cores * threads_per_core)
+            limits["cpu"] = f"{cores * threads_per_core * 1000 + extra}m"
+        elif cores:
             for part in ("requests", "limits"):
-                container["resources"][part]["cpu"] = str(cores * threads_per_core)
+                resources[part]["cpu"] = str(cores * threads_per_core)
         kept.append(container)
     pod["spec"]["containers"] = kept
     return pod

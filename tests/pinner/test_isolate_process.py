@@ -71,3 +71,14 @@ def test_no_affinity_leaves_the_affinity_alone(pinner: Pinner) -> None:
         assert environ(proc.pid)["CMK_CPUS_ASSIGNED"] == str(B)
     finally:
         stop(proc)
+
+
+def test_a_main_process_on_the_exclusive_set_starts_a_helper_on_the_shared_set(pinner: Pinner) -> None:
+    """One container holding a core and a shared slot: the workload runs on the core, and a helper it starts
+    through the pinner again (from inside that narrower affinity) runs on the shared CPUs."""
+    helper = " ".join([*pinner.prefix, "--pool=shared", "--", "grep", "^Cpus_allowed_list:", "/proc/self/status"])
+    script = f"echo main=$CMK_CPUS_ASSIGNED; {helper}; grep ^Cpus_allowed_list: /proc/self/status"
+    env = {"CMK_CPUS_EXCLUSIVE": str(B), "CMK_CPUS_SHARED": str(A)}
+    result = pinner.run(["--pool=exclusive", "--", "sh", "-c", script], env)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines() == [f"main={B}", f"Cpus_allowed_list:\t{A}", f"Cpus_allowed_list:\t{B}"]

@@ -69,6 +69,11 @@ CASES = [
          stdout=shows("{ab}", "{a},{b}", "{mab}"), env={"CMK_CPUS_SHARED": "{b},{a},{b}"}),
     Case("other-pools-ignored", ["--pool=exclusive", "--", "sh", "-c", SCRIPT], 0,
          stdout=shows("{b}", "{b}", "{mb}"), env={"CMK_CPUS_EXCLUSIVE": "{b}", "CMK_CPUS_SHARED": "x", "CMK_CPUS_INFRA": ""}),
+    # a container holding an exclusive core and a shared slot gets both variables: each --pool takes its own
+    Case("exclusive-of-core-and-shared", ["--pool=exclusive", "--", "sh", "-c", SCRIPT], 0,
+         stdout=shows("{b}", "{b}", "{mb}"), env={"CMK_CPUS_EXCLUSIVE": "{b}", "CMK_CPUS_SHARED": "{a}"}),
+    Case("shared-of-core-and-shared", ["--pool=shared", "--", "sh", "-c", SCRIPT], 0,
+         stdout=shows("{a}", "{a}", "{ma}"), env={"CMK_CPUS_EXCLUSIVE": "{b}", "CMK_CPUS_SHARED": "{a}"}),
     Case("no-affinity-pins-nothing", ["--pool=exclusive", "--no-affinity", "sh", "--", "-c", SCRIPT], 0,
          stdout=shows("{affinity}", "{b}", "{mb}"), env={"CMK_CPUS_EXCLUSIVE": "{b}"}),
     Case("option-between-command-and-dashes", ["--pool=exclusive", "sh", "--no-affinity", "--", "-c", SCRIPT], 0,

@@ -14,7 +14,7 @@ import pytest
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.model import cdispec
 from deviceplugin.model.devices import core_device_ids
-from deviceplugin.model.plan import CORE_POOLS, PlanOptions
+from deviceplugin.model.plan import CORE_POOLS, PlanOptions, Pool
 from deviceplugin.standin import ContainerSpec, PodSpec
 from pinner import hook
 from pinner.cpulist import format_cpu_list, parse_cpu_list
@@ -83,6 +83,37 @@ def test_allocate_names_the_cdi_device_of_every_id_and_they_merge(kubelet, plugi
             env = parse_cpu_list(",".join(container.answer.envs.values()))
             assert held == env
         assert kubelet.conflicts() == []
+    finally:
+        daemon.stop()
+
+
+def test_a_container_holding_a_core_and_a_shared_slot_gets_each_set_and_a_restart_replays_them(
+        kubelet, plugin_dir, tmp_path):
+    """Two answers for one container, merged in the kubelet's random order: each names its own set, only the
+    core's hook is --exclusive (so the hook keeps the container's quota), and a restart replays the same."""
+    sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
+                                   install_dir=INSTALL_DIR, plan=PlanOptions(num_exclusive_cores=3, num_shared_cores=1),
+                                   cdi_dir=tmp_path / "cdi"))
+    daemon.start()
+    try:
+        wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
+        pod = kubelet.admit(PodSpec("mixed", containers=(ContainerSpec("app", limits={EXCLUSIVE: 1, SHARED: 1}),)))
+        app = pod.container("app")
+        core = daemon.tree[EXCLUSIVE].cpus_of(app.device_ids[EXCLUSIVE])
+        shared = daemon.plan.cpus(Pool.SHARED)
+        assert core and shared and not core & shared
+        assert {name: parse_cpu_list(cpus) for name, cpus in app.envs.items()} == {
+            "CMK_CPUS_EXCLUSIVE": core, "CMK_CPUS_SHARED": shared}
+        assert [(m.container_path, m.host_path) for m in app.answer.mounts] == [("/opt/bin", INSTALL_DIR)]
+        spec = json.loads((tmp_path / "cdi" / SPEC_NAME).read_text())
+        hooks = {cdispec.qualified_name(d["name"]): d["containerEdits"]["hooks"][0]["args"] for d in spec["devices"]}
+        marked = {frozenset(parse_cpu_list(hooks[n][2].removeprefix("--cpus="))): hook.EXCLUSIVE_OPTION in hooks[n]
+                  for n in app.answer.cdi_devices}
+        assert marked == {core: True, shared: False}
+        assert kubelet.conflicts() == []
+        replayed = kubelet.start_container("mixed", "app")
+        assert (dict(replayed.envs), sorted(replayed.cdi_devices)) == (dict(app.envs), sorted(app.answer.cdi_devices))
     finally:
         daemon.stop()
 

@@ -629,11 +629,13 @@ def cpu_fix(name: str, held: int, want: int, threads: int = 2, group: str = "def
             no_group: bool = True) -> str:
     if slot:
         fix = (f"container {name} holds {held} whole core(s) and a shared or infra slot: set its cpu requests to at"
-               f" least {want}")
+               f" least {want} and its cpu limit, if it has one, above {want}")
+        why = ": it keeps its CFS quota, which must cover every thread of its cores and its time on the CPUs of the slot"
     else:
         fix = f"container {name} holds {held} whole core(s): set its cpu requests and limits both to {want}"
-    return (CPU_POLICY + fix + f" ({held} x {threads} threads per core on node group {group}), so its CFS quota covers"
-            " every thread of its cores" + (NO_GROUP if no_group else ""))
+        why = ", so its CFS quota covers every thread of its cores"
+    return (CPU_POLICY + fix + f" ({held} x {threads} threads per core on node group {group})" + why
+            + (NO_GROUP if no_group else ""))
 
 
 def every_group(name: str, held: int, want: int) -> list[str]:
@@ -656,6 +658,14 @@ ACCEPTED = [
     ("large group", pod(container(**cores(3, "6")), group="large"), with_nosmt),
     ("cores and a shared slot, cpu above the cores", pod(container(limits={EXCLUSIVE: 1, SHARED: 1, "cpu": "3"},
                                                                    requests={"cpu": "2500m"})), deployed),
+    ("cores and a shared slot, requests of the cores, limit above them",
+     pod(container(limits={EXCLUSIVE: 1, SHARED: 1, "cpu": "3"}, requests={"cpu": "2"})), deployed),
+    ("cores and a shared slot, requests of the cores, no limit: no quota",
+     pod(container(limits={EXCLUSIVE: 1, SHARED: 1}, requests={"cpu": "2"})), deployed),
+    ("cores and an infra slot, Guaranteed just above the cores",
+     pod(container(limits={EXCLUSIVE: 1, INFRA: 1, "cpu": "2100m"}), group="default"), deployed),
+    ("no SMT group, a core and a shared slot", pod(container(limits={EXCLUSIVE: 1, SHARED: 1, "cpu": "2"},
+                                                             requests={"cpu": "1"}), group="nosmt"), with_nosmt),
     ("fractional cpu beside a pinned container",
      pod(container(**cores(1, "2")), container("sidecar", limits={"cpu": "250m"})), deployed),
     ("shared slot, fractional cpu", pod(container(limits={SHARED: 1, "cpu": "1"}, requests={"cpu": "250m"})), deployed),
@@ -724,6 +734,15 @@ REFUSED = [
     ("cores and a slot, requests below the cores",
      pod(container(limits={EXCLUSIVE: 1, INFRA: 1, "cpu": "4"}, requests={"cpu": "1"}), group="default"), deployed,
      [cpu_fix("app", 1, 2, slot=True, no_group=False)]),
+    ("cores and a shared slot, cpu limit of just the cores' threads",
+     pod(container(limits={EXCLUSIVE: 1, SHARED: 1, "cpu": "2"}), group="default"), deployed,
+     [cpu_fix("app", 1, 2, slot=True, no_group=False)]),
+    ("cores and a shared slot, limit below the cores", pod(container(limits={EXCLUSIVE: 2, SHARED: 1, "cpu": "3"},
+                                                                     requests={"cpu": "3"})), deployed,
+     [cpu_fix("app", 2, 4, slot=True), cpu_fix("app", 2, 4, group="large", slot=True)]),
+    ("no SMT group, a core and a shared slot, limit of the core",
+     pod(container(limits={NON_ISOLCPUS: 1, SHARED: 1, "cpu": "1"}), group="nosmt"), with_nosmt,
+     [cpu_fix("app", 1, 1, threads=1, group="nosmt", slot=True, no_group=False)]),
     ("a malformed group ConfigMap", pod(container(**cores(1, "2")), group="default"),
      lambda: [*deployed(), group_config("broken", "two")],
      [CPU_POLICY + "ConfigMap cmk-system/cmk-node-group-broken (node group of cmk-exclusive-cpu): set"

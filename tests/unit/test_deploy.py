@@ -253,7 +253,7 @@ def _examples() -> dict[str, dict[str, Any]]:
 
 def test_examples_have_no_service_account_and_no_host_paths() -> None:
     pods = _examples()
-    assert set(pods) == {"cmk-three-pools", "cmk-cdi-only", "cmk-guaranteed-exclusive"}
+    assert set(pods) == {"cmk-three-pools", "cmk-cdi-only", "cmk-guaranteed-exclusive", "cmk-exclusive-and-shared"}
     for name, pod in pods.items():
         spec = pod["spec"]
         assert "serviceAccountName" not in spec, name
@@ -299,6 +299,26 @@ def test_guaranteed_example_requests_the_cpu_of_its_cores() -> None:
     assert cores == 2
     assert int(resources["limits"]["cpu"]) == 2 * cores  # both threads of each SMT core
     assert _pinner_pool(container) == str(Pool.EXCLUSIVE)
+
+
+def test_exclusive_and_shared_example_runs_its_main_process_on_the_core_and_a_helper_on_the_shared_cpus() -> None:
+    (container,) = _examples()["cmk-exclusive-and-shared"]["spec"]["containers"]
+    assert sorted(_pool_resources(container)) == [str(Pool.EXCLUSIVE), str(Pool.SHARED)]
+    assert _pinner_pool(container) == str(Pool.EXCLUSIVE)
+    script = container["command"][-1]
+    assert shlex.split(script)[:3] == ["/opt/bin/cmk", "isolate", f"--pool={Pool.SHARED}"]
+    resources = container["resources"]
+    cores = int(resources["limits"][RESOURCE_NAMES[Pool.EXCLUSIVE]])
+    # the cores' threads (2 on SMT) requested; the kept quota's limit above them by the shared time
+    assert int(resources["requests"]["cpu"]) == 2 * cores < int(resources["limits"]["cpu"])
+
+
+def test_the_pinner_docs_show_the_exclusive_and_shared_example_as_shipped() -> None:
+    docs = (ROOT / "docs/user/pinner.md").read_text()
+    section = docs[docs.index("## Exclusive and shared CPUs in one container"):]
+    shown = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    lines = (DEPLOY / "examples/pod-exclusive-and-shared.yaml").read_text().splitlines(keepends=True)
+    assert shown in "".join(line for line in lines if not line.lstrip().startswith("#"))  # as shipped, bar comments
 
 
 @pytest.mark.parametrize("kustomization", ["base", "overlays/node-group-large"])
