@@ -52,10 +52,11 @@ static int run(const char *const *args, str *out, str *why)
         s_errno(why, errno);
         return -1;
     }
+    signal(SIGCHLD, SIG_DFL); /* a runtime that ignores it would have the child reaped before waitpid sees it */
     pid_t pid = fork();
     if (pid == 0) {
         static char *const env[] = {"LC_ALL=C", "SYSTEMD_COLORS=0", NULL};
-        int null = open("/dev/null", O_RDONLY);
+        int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null >= 0 && dup2(null, 0) == 0 && dup2(fds[1], 1) == 1 && dup2(fds[1], 2) == 2)
             execve(args[0], (char *const *)args, env);
         _exit(127);
@@ -77,7 +78,7 @@ static int run(const char *const *args, str *out, str *why)
         int ready = left > 0 ? poll(&p, 1, (int)left) : 0;
         if (ready < 0 && errno == EINTR)
             continue;
-        timed_out = ready == 0;
+        timed_out = ready <= 0; /* no answer in time, or poll itself failed: stop waiting either way */
         char buf[4096];
         ssize_t n = ready > 0 ? read(fds[0], buf, sizeof buf) : 0;
         if (n < 0 && errno == EINTR)
