@@ -17,7 +17,7 @@ settings.load_profile("cmk")
 
 #: tests/<directory> -> the tier's marker: ``pytest -m "unit or protocol"`` runs the fast tiers alone.
 TIERS = {"unit": "unit", "protocol": "protocol", "pinner": "pinner", "hostile": "hostile",
-         "e2e": "e2e", "node": "node", "cluster": "cluster"}
+         "e2e": "e2e", "node": "node", "systemd": "systemd", "cluster": "cluster"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
