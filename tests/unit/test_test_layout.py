@@ -28,7 +28,10 @@ def test_no_test_module_imports_another_test_module() -> None:
 #: The cluster tier's bring-up (node, images, deployment): heavy (the real components, the machine-wide
 #: lock), so it stays with its tier rather than beside the light helpers every tier imports; the cluster
 #: benchmark runs on the same node.
-CLUSTER_BRING_UP = {"tests.cluster.node", "tests.cluster.images", "tests.cluster.deploy"}
+#: The real parts' bring-up benchmarks may run beside a tier: the cluster's node, and the systemd tier's VM with
+#: its guest program (``benchmarks/systemd_hook.py`` boots it with a guest of its own).
+CLUSTER_BRING_UP = {"tests.cluster.node", "tests.cluster.images", "tests.cluster.deploy", "tests.systemd.vm",
+                    "tests.systemd.guest"}
 
 
 def test_benchmarks_import_only_tests_support_and_the_cluster_bring_up() -> None:
