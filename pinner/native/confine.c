@@ -129,11 +129,11 @@ static int bound_pod(int parentfd, const char *pod, const char *pod_path, int v2
             children.w[i] |= one.w[i] & own.w[i];
     }
     closedir(dir);
-    if (!whole || !seen || !memcmp(&children, &own, sizeof own))
+    if (!whole || !seen)
         return 0;
     int status = v2 ? systemd_record(pod_path, &children, 0, err) : 0;
-    if (status)
-        return status;
+    if (status || !memcmp(&children, &own, sizeof own))
+        return status; /* narrowed already: recorded all the same, for a pod an older hook narrowed unrecorded */
     str list = {0}, file = {0};
     s_ranges(&list, &children);
     s_add(&list, "\n");

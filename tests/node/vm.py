@@ -124,16 +124,19 @@ QEMU_ABORT = re.compile(r"^qemu-system-\S+: .*Assertion .* failed\.$", re.MULTIL
 BOOT_ATTEMPTS = 2  # a second boot only after a qemu abort; any other failure fails at once
 
 
-def _run_vm(command: list[str], console: Path) -> str:
-    """Run the VM to its end (or the boot timeout), its console into ``console``; how it ended."""
+def run_vm(command: list[str], console: Path, timeout: float = BOOT_TIMEOUT_SECONDS) -> str:
+    """Run the VM to its end (or ``timeout``), its console into ``console``; how it ended. The node and the
+    systemd tiers both boot through it."""
+    # vng runs virtme-run from the PATH: the venv's bin, beside vng, whether or not the venv is activated.
+    env = {**os.environ, "PATH": f"{Path(command[0]).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     with console.open("wb") as log:
         # Its own process group: on a timeout, qemu (vng's child) goes too.
         process = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   start_new_session=True, env=env)
         try:
-            return f"exit status {process.wait(timeout=BOOT_TIMEOUT_SECONDS)}"
+            return f"exit status {process.wait(timeout=timeout)}"
         except subprocess.TimeoutExpired:
-            return f"killed after {BOOT_TIMEOUT_SECONDS} s"
+            return f"killed after {timeout:.0f} s"
         finally:
             if process.returncode is None:
                 os.killpg(process.pid, signal.SIGKILL)
@@ -154,7 +157,7 @@ def boot(shape: Shape, cmdline: str, share: Path, extra_plan: dict[str, Any] | N
     command = vng_command(find_vng(), find_kernel(), shape, cmdline, share, plan_path)
     for attempt in range(1, BOOT_ATTEMPTS + 1):
         started = time.monotonic()
-        status = _run_vm(command, console)
+        status = run_vm(command, console)
         wall = time.monotonic() - started
         if result_path.is_file():
             return Boot(shape, cmdline, json.loads(result_path.read_text()), wall, console, attempt)

@@ -18,10 +18,8 @@ A VM that cannot boot, or whose guest writes no result, raises
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -29,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.node.vm import HARNESS_CMDLINE, BootError, find_vng
+from tests.node.vm import HARNESS_CMDLINE, BootError, find_vng, run_vm
 from tests.support import escape
 from tests.systemd import steps
 
@@ -121,23 +119,6 @@ class Boot:
     console: Path
 
 
-def _run_vm(command: list[str], console: Path) -> str:
-    """Run the VM to its end (or the boot timeout), its console into ``console``; how it ended."""
-    # vng runs virtme-run from the PATH: the venv's bin, beside vng, whether or not the venv is activated.
-    env = {**os.environ, "PATH": f"{Path(command[0]).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    with console.open("wb") as log:
-        process = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True, env=env)
-        try:
-            return f"exit status {process.wait(timeout=BOOT_TIMEOUT_SECONDS)}"
-        except subprocess.TimeoutExpired:
-            return f"killed after {BOOT_TIMEOUT_SECONDS} s"
-        finally:
-            if process.returncode is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
 def boot(built: Built, label: str, share: Path, prepared: dict[str, Any], module: str = "tests.systemd.guest") -> Boot:
     """Boot ``label``'s kernel, run the guest program (``python3 -m MODULE PLAN``: the tier's, or a benchmark's),
     return its result (BootError with the console if none)."""
@@ -152,7 +133,7 @@ def boot(built: Built, label: str, share: Path, prepared: dict[str, Any], module
     console = share / f"{label}.console.log"
     command = vng_command(find_vng(), built, label, share, script)
     started = time.monotonic()
-    status = _run_vm(command, console)
+    status = run_vm(command, console, BOOT_TIMEOUT_SECONDS)
     wall = time.monotonic() - started
     if result_path.is_file():
         return Boot(label, release, json.loads(result_path.read_text()), wall, console)
