@@ -128,7 +128,7 @@ def main() -> int:
     plans = arm_plans(prepare_share(share), share, before)
     started = time.monotonic()
     booted = boot(built, "backports", share, {"rounds": args.rounds, "arms": plans},
-                     module="benchmarks.systemd_hook --guest")
+                     modules=("benchmarks.systemd_hook --guest",))
     print(f"VM: {time.monotonic() - started:.0f} s in all")
     report(booted.result["starts"], booted.release, args.before)
     return 0

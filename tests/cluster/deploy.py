@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from deviceplugin.protocol.podresources import Unavailable, read_assignments
-from tests.cluster.node import BUSYBOX_IMAGE, NODE_NAME, ComponentFailed, Node, wait_for
+from tests.cluster.node import (
+    BUSYBOX_IMAGE,
+    NODE_NAME,
+    ComponentFailed,
+    ControlPlane,
+    Node,
+    wait_for,
+)
 from tests.support.podman import cgroup_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +73,7 @@ def _patch_ops(obj: Any, paths: dict[str, str], pointer: str = "") -> list[dict[
     return ops
 
 
-def render(directory: Path, node: Node) -> list[dict[str, Any]]:
+def render(directory: Path, node: ControlPlane) -> list[dict[str, Any]]:
     result = node.kubectl("kustomize", str(directory))
     return [doc for doc in _yaml_docs(result.stdout) if doc]
 
@@ -76,11 +83,11 @@ def _yaml_docs(text: str) -> list[Any]:
     return list(yaml.safe_load_all(text))
 
 
-def write_overlay(node: Node, image: str, threads_per_core: int) -> Path:
-    """The test overlay of ``deploy/base`` in the node's directory; returns its directory."""
+def write_overlay(node: ControlPlane, image: str, threads_per_core: int, paths: dict[str, str]) -> Path:
+    """The test overlay of ``deploy/base`` in the node's directory, the node-local ``paths`` moved (none on a
+    node that is a machine of its own: the systemd tier's VM); returns its directory."""
     base = render(DEPLOY / "base", node)
     (daemonset,) = [o for o in base if o["kind"] == "DaemonSet"]
-    paths = node_paths(node)
     ops = _patch_ops(daemonset["spec"], paths, "/spec")
     pod = daemonset["spec"]["template"]["spec"]
     for kind in ("initContainers", "containers"):
@@ -167,7 +174,7 @@ def deploy_product(node: Node) -> Deployment:
         [sys.executable, "-m", "deviceplugin", "describe", "--output", "json", "--usage-window", "0"],
         cwd=ROOT, capture_output=True, text=True, check=True).stdout)["topology"]
     node.kubectl("label", "node", NODE_NAME, "cmk.intel.com/cpu-pools=default")
-    overlay = write_overlay(node, node.product_image, int(topology["threads_per_core_max"]))
+    overlay = write_overlay(node, node.product_image, int(topology["threads_per_core_max"]), node_paths(node))
     node.kubectl("apply", "-k", str(overlay))
     node.kubectl("apply", "-k", str(DEPLOY / "admission"))
     rollout(node)
@@ -284,6 +291,15 @@ def workload_pod(manifest: dict[str, Any], served: set[str], threads_per_core: i
         kept.append(container)
     pod["spec"]["containers"] = kept
     return pod
+
+
+def ordinary_pod(name: str) -> dict[str, Any]:
+    """A pod holding no cmk.intel.com resource (Burstable: a cpu request, no limit): the node-wide hook's."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "app", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                                     "command": ["sleep", "3600"],
+                                     "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}}}]}}
 
 
 def cdi_device_name(resource: str, device_id: str) -> str:

@@ -2,7 +2,8 @@
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd (+ runc, CNI bridge) and
 the kubelet, each started from the binaries ``.ci/build-cluster`` built (``CMK_CLUSTER_BIN``), with
-every state directory under one temporary directory. What upstream fixes elsewhere is listed in
+every state directory under one temporary directory (:class:`ControlPlane` alone serves the systemd tier's
+VM, whose kubelet runs in the guest). What upstream fixes elsewhere is listed in
 :data:`FIXED_PATHS`: the kubelet's device-plugin directory, containerd's shim sockets, CRI's
 network namespaces, the kubelet's container log links; teardown removes what the tier created
 there and nothing else. Why each setting is what it is: the shared recipe ``real-cluster.md`` (in
@@ -16,6 +17,7 @@ on the machine's ``kubelet.sock``. The teardown runs once: at the session's end,
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -231,6 +233,25 @@ def nft_tables() -> set[str]:
     return {line.strip() for line in listing.splitlines() if line.startswith("table ")}
 
 
+def host_config_hook(install_dir: Path | str) -> dict[str, Any]:
+    """The hook entry ``cmk host-config --runtime containerd`` prints for a node whose install dir is ``install_dir``."""
+    result = subprocess.run([sys.executable, "-m", "deviceplugin", "host-config", "--runtime", "containerd",
+                             "--install-dir", str(install_dir), "--output", "json"],
+                            capture_output=True, text=True, check=True)
+    (entry,) = [f for f in json.loads(result.stdout)["runtime_config"] if f["path"].endswith("base-spec.json")]
+    (line,) = [x for x in entry["content"].splitlines() if x.startswith("{")]
+    hook: dict[str, Any] = json.loads(line)
+    return hook
+
+
+def node_wide_base_spec(bin_dir: Path, install_dir: Path | str) -> dict[str, Any]:
+    """What docs/user/node-wide-hook.md tells a containerd user: ``ctr oci spec``, plus ``cmk host-config``'s hook entry."""
+    spec: dict[str, Any] = json.loads(subprocess.run([str(bin_dir / "ctr"), "oci", "spec"], capture_output=True,
+                                                     text=True, check=True).stdout)
+    spec.setdefault("hooks", {}).setdefault("createRuntime", []).append(host_config_hook(install_dir))
+    return spec
+
+
 @dataclass
 class Process:
     """One component: its command line, its log, its process (stopped by the pid recorded here)."""
@@ -262,30 +283,25 @@ class Process:
 
 
 @dataclass
-class Node:
-    """The node's directories, identities and processes. :meth:`up` starts it, :meth:`down` removes it."""
+class ControlPlane:
+    """etcd, the API server, the controller manager and the scheduler: :meth:`up_control_plane` starts them.
+
+    A :class:`Node` adds containerd and the kubelet on this machine; alone, it serves a kubelet elsewhere (the
+    systemd tier's VM reaches it through qemu's user network, at an address of :attr:`serving_addresses`).
+    """
 
     bin: Path
     logs: Path
     base: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cmk-cluster-")))
     processes: dict[str, Process] = field(default_factory=dict)
-    created: list[Path] = field(default_factory=list)
-    sysctls: dict[str, str] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
-    product_image: str = ""  # the imported cmk-deviceplugin image
-    # iptables chains and nf_tables tables before the kubelet; None until read: a teardown then removes none
-    chains: set[tuple[str, str, str]] | None = None
-    nft_tables: set[str] | None = None
+    #: Addresses the API server's certificate names besides 127.0.0.1 (where a VM's kubelet reaches it).
+    serving_addresses: tuple[str, ...] = ()
+    #: The node whose kubelet the token file's ``kubelet`` user is (the Node authorizer's ``system:node:NAME``).
+    node_name: str = NODE_NAME
     #: What :meth:`down` reported; None until it ran (it runs once: a second call returns this).
     teardown_problems: list[str] | None = field(default=None, init=False)
-
-    # --- where things live ---------------------------------------------------------------------
-
-    @property
-    def bridge(self) -> str:
-        """This node's CNI bridge, named after its directory (at most 15 characters): teardown removes only it."""
-        return "cmk" + self.base.name.removeprefix("cmk-cluster-").replace("_", "")[:12]
 
     def path(self, *parts: str) -> Path:
         return self.base.joinpath(*parts)
@@ -293,30 +309,6 @@ class Node:
     @property
     def kubeconfig(self) -> Path:
         return self.path("pki", "admin.kubeconfig")
-
-    @property
-    def containerd_socket(self) -> Path:
-        return self.path("containerd", "containerd.sock")
-
-    @property
-    def kubelet_root(self) -> Path:
-        return self.path("kubelet")
-
-    @property
-    def pod_resources_socket(self) -> Path:
-        return self.kubelet_root / "pod-resources" / "kubelet.sock"
-
-    @property
-    def install_dir(self) -> Path:
-        """The node's ``/opt/bin``: the pinner, the infra record (DaemonSet hostPath, containerd's hook path)."""
-        return self.path("opt-bin")
-
-    @property
-    def cdi_dir(self) -> Path:
-        """The node's ``/var/run/cdi``: containerd's only ``cdi_spec_dirs`` entry and the daemon's ``--cdi-dir``."""
-        return self.path("cdi")
-
-    # --- commands ------------------------------------------------------------------------------
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None,
                 timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -329,34 +321,25 @@ class Node:
     def kubectl_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
 
-    def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run([str(self.bin / "ctr"), "--address", str(self.containerd_socket), "-n", "k8s.io",
-                                 *args], capture_output=True, text=True, timeout=timeout, check=False)
-        if check and result.returncode != 0:
-            raise AssertionError(f"ctr {' '.join(args)}: status {result.returncode}\n{result.stderr}")
-        return result
-
-    # --- bring-up ------------------------------------------------------------------------------
-
-    def up(self, images: Sequence[Path]) -> None:
-        """Start every component in order and wait until the node is Ready; ``images`` are archives to import."""
-        self.chains, self.nft_tables = iptables_chains(), nft_tables()
-        for fixed in FIXED_PATHS:
-            if not fixed.exists():
-                self.created.append(fixed)
-        for name in KUBELET_SYSCTLS:
-            with contextlib.suppress(OSError):
-                self.sysctls[name] = Path("/proc/sys", name).read_text().strip()
-        for name in ("etcd", "etcd-peer", "apiserver", "kubelet", "kubelet-healthz"):
+    def up_control_plane(self) -> None:
+        """The certificates and tokens, then etcd, the API server and the controllers, each waited for."""
+        for name in ("etcd", "etcd-peer", "apiserver"):
             self.ports[name] = free_port()
         self._pki()
         self._etcd()
         self._apiserver()
         self._controllers()
-        self._containerd()
-        for archive in images:
-            self.ctr("images", "import", "--local", str(archive))
-        self._kubelet()
+
+    def kubeconfig_text(self, user: str, server: str) -> str:
+        """A kubeconfig for ``user`` (a name of :meth:`_pki`'s token file) reaching the API server at ``server``,
+        the CA inline: it is read where the control plane's files are not."""
+        ca = base64.b64encode(self.path("pki", "ca.crt").read_bytes()).decode()
+        return json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "cmk",
+            "clusters": [{"name": "cmk", "cluster": {"server": server, "certificate-authority-data": ca}}],
+            "users": [{"name": user, "user": {"token": self.tokens[user]}}],
+            "contexts": [{"name": "cmk", "context": {"cluster": "cmk", "user": user}}],
+        })
 
     def _openssl(self, *args: str) -> None:
         result = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
@@ -373,6 +356,7 @@ class Node:
         for name, subject, extensions in (
             ("apiserver", "/CN=kube-apiserver",
              (f"subjectAltName=IP:127.0.0.1,DNS:localhost,IP:{SERVICE_RANGE.rsplit('.', 1)[0]}.1,"
+              + "".join(f"IP:{address}," for address in self.serving_addresses) +
               "DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth")),
             ("apiserver-kubelet-client", "/O=system:masters/CN=kube-apiserver-kubelet-client",
              "extendedKeyUsage=clientAuth"),
@@ -389,7 +373,7 @@ class Node:
             "admin": ("kubernetes-admin", "system:masters"),
             "controller-manager": ("system:kube-controller-manager", ""),
             "scheduler": ("system:kube-scheduler", ""),
-            "kubelet": (f"system:node:{NODE_NAME}", "system:nodes"),
+            "kubelet": (f"system:node:{self.node_name}", "system:nodes"),
         }
         lines = []
         for name, (user, groups) in users.items():
@@ -397,13 +381,8 @@ class Node:
             lines.append(f'{self.tokens[name]},{user},{user},"{groups}"')
         (pki / "tokens.csv").write_text("\n".join(lines) + "\n")
         for name in users:
-            (pki / f"{name}.kubeconfig").write_text(json.dumps({
-                "apiVersion": "v1", "kind": "Config", "current-context": "cmk",
-                "clusters": [{"name": "cmk", "cluster": {
-                    "server": f"https://127.0.0.1:{self.ports['apiserver']}", "certificate-authority": str(ca)}}],
-                "users": [{"name": name, "user": {"token": self.tokens[name]}}],
-                "contexts": [{"name": "cmk", "context": {"cluster": "cmk", "user": name}}],
-            }))
+            (pki / f"{name}.kubeconfig").write_text(
+                self.kubeconfig_text(name, f"https://127.0.0.1:{self.ports['apiserver']}"))
 
     def _start(self, name: str, argv: list[str]) -> Process:
         process = Process(name, argv, self.logs / f"{name}.log")
@@ -472,6 +451,92 @@ class Node:
                    lambda: self.kubectl("-n", "default", "get", "serviceaccount", "default", check=False).returncode == 0,
                    90)
         scheduler.check_alive()
+
+    def log_tails(self) -> str:
+        return "\n".join(f"--- {p.name} ({p.log})\n{tail(p.log, 15)}" for p in self.processes.values())
+
+    def down(self) -> list[str]:
+        """Remove everything the tier made; returns what it could not remove (the fixture reports it).
+
+        Once: a second call (a signal's teardown after the session's, say) returns the first one's
+        report and touches nothing, since by then another session may have the machine.
+        """
+        if self.teardown_problems is None:
+            self.teardown_problems = self._down()
+        return self.teardown_problems
+
+    def _down(self) -> list[str]:
+        """The control plane's processes stopped, its directory removed: it wrote nowhere else."""
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            if name in self.processes:
+                self.processes[name].stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+        return [f"{self.base} could not be removed"] if self.base.exists() else []
+
+
+@dataclass
+class Node(ControlPlane):
+    """The control plane with containerd and the kubelet on this machine. :meth:`up` starts it, :meth:`down` removes it."""
+
+    created: list[Path] = field(default_factory=list)
+    sysctls: dict[str, str] = field(default_factory=dict)
+    product_image: str = ""  # the imported cmk-deviceplugin image
+    # iptables chains and nf_tables tables before the kubelet; None until read: a teardown then removes none
+    chains: set[tuple[str, str, str]] | None = None
+    nft_tables: set[str] | None = None
+
+    # --- where things live ---------------------------------------------------------------------
+
+    @property
+    def bridge(self) -> str:
+        """This node's CNI bridge, named after its directory (at most 15 characters): teardown removes only it."""
+        return "cmk" + self.base.name.removeprefix("cmk-cluster-").replace("_", "")[:12]
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.path("containerd", "containerd.sock")
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.path("kubelet")
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.kubelet_root / "pod-resources" / "kubelet.sock"
+
+    @property
+    def install_dir(self) -> Path:
+        """The node's ``/opt/bin``: the pinner, the infra record (DaemonSet hostPath, containerd's hook path)."""
+        return self.path("opt-bin")
+
+    @property
+    def cdi_dir(self) -> Path:
+        """The node's ``/var/run/cdi``: containerd's only ``cdi_spec_dirs`` entry and the daemon's ``--cdi-dir``."""
+        return self.path("cdi")
+
+    def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([str(self.bin / "ctr"), "--address", str(self.containerd_socket), "-n", "k8s.io",
+                                 *args], capture_output=True, text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"ctr {' '.join(args)}: status {result.returncode}\n{result.stderr}")
+        return result
+
+    def up(self, images: Sequence[Path]) -> None:
+        """Start every component in order and wait until the node is Ready; ``images`` are archives to import."""
+        self.chains, self.nft_tables = iptables_chains(), nft_tables()
+        for fixed in FIXED_PATHS:
+            if not fixed.exists():
+                self.created.append(fixed)
+        for name in KUBELET_SYSCTLS:
+            with contextlib.suppress(OSError):
+                self.sysctls[name] = Path("/proc/sys", name).read_text().strip()
+        for name in ("kubelet", "kubelet-healthz"):
+            self.ports[name] = free_port()
+        self.up_control_plane()
+        self._containerd()
+        for archive in images:
+            self.ctr("images", "import", "--local", str(archive))
+        self._kubelet()
 
     def _containerd(self) -> None:
         """containerd with CDI on (only our spec dir), runc under cgroupfs, our CNI conflist and sandbox image."""
@@ -542,21 +607,10 @@ state = "{d / 'state'}"
             raise ComponentFailed(f"cmk install on the node: {result.stderr}")
 
     def _node_wide_hook_spec(self, target: Path) -> None:
-        """What docs/user/node-wide-hook.md tells a containerd user: ``ctr oci spec``, plus ``cmk host-config``'s hook entry."""
-        spec = json.loads(subprocess.run([str(self.bin / "ctr"), "oci", "spec"], capture_output=True, text=True,
-                                         check=True).stdout)
-        spec.setdefault("hooks", {}).setdefault("createRuntime", []).append(self.host_config_hook())
-        target.write_text(json.dumps(spec, indent=2))
+        target.write_text(json.dumps(node_wide_base_spec(self.bin, self.install_dir), indent=2))
 
     def host_config_hook(self) -> dict[str, Any]:
-        """The hook entry ``cmk host-config --runtime containerd`` prints for this node's install dir."""
-        result = subprocess.run([sys.executable, "-m", "deviceplugin", "host-config", "--runtime", "containerd",
-                                 "--install-dir", str(self.install_dir), "--output", "json"],
-                                capture_output=True, text=True, check=True)
-        (entry,) = [f for f in json.loads(result.stdout)["runtime_config"] if f["path"].endswith("base-spec.json")]
-        (line,) = [x for x in entry["content"].splitlines() if x.startswith("{")]
-        hook: dict[str, Any] = json.loads(line)
-        return hook
+        return host_config_hook(self.install_dir)
 
     def _kubelet(self) -> None:
         root = self.kubelet_root
@@ -631,20 +685,7 @@ state = "{d / 'state'}"
                               "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False, timeout=10)
         return result.stdout == "True"
 
-    def log_tails(self) -> str:
-        return "\n".join(f"--- {p.name} ({p.log})\n{tail(p.log, 15)}" for p in self.processes.values())
-
     # --- teardown ------------------------------------------------------------------------------
-
-    def down(self) -> list[str]:
-        """Remove everything the tier made; returns what it could not remove (the fixture reports it).
-
-        Once: a second call (a signal's teardown after the session's, say) returns the first one's
-        report and touches nothing, since by then another session may have the machine.
-        """
-        if self.teardown_problems is None:
-            self.teardown_problems = self._down()
-        return self.teardown_problems
 
     def _down(self) -> list[str]:
         problems: list[str] = []

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pinner.cpulist import parse_cpu_list
-from tests.cluster.deploy import Deployment, container_ids, delete_pod, start_pod, view
-from tests.cluster.node import BUSYBOX_IMAGE
-
-
-def ordinary_pod(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"automountServiceAccountToken": False, "terminationGracePeriodSeconds": 1,
-                     "containers": [{"name": "app", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                                     "command": ["sleep", "3600"],
-                                     "resources": {"requests": {"cpu": "10m", "memory": "8Mi"}}}]}}
+from tests.cluster.deploy import (
+    Deployment,
+    container_ids,
+    delete_pod,
+    ordinary_pod,
+    start_pod,
+    view,
+)
 
 
 def test_an_ordinary_pod_runs_on_the_infra_cpus_only(deployed: Deployment) -> None:

@@ -20,39 +20,57 @@ from typing import Any
 
 import pytest
 
+from tests.cluster import images
+from tests.cluster.node import ControlPlane, SignalTeardown
 from tests.support.native import ensure_native_pinner
-from tests.systemd import steps, vm
+from tests.systemd import kubelet, steps, vm
 
 _BOOTED: list[vm.Boot] = []
+#: The kubelet node's tests: when any is selected, each boot runs the kubelet node too.
+KUBELET_TESTS = "test_kubelet_node.py"
+#: The kubelet node runs 20 to 25 minutes per VM under TCG on a 2-CPU machine, more than the whole CI budget
+#: allows beside the rest: it is collected only when this is set (docs/dev/tests.md).
+KUBELET_ENV = "CMK_SYSTEMD_KUBELET"
+collect_ignore = [] if os.environ.get(KUBELET_ENV) else [KUBELET_TESTS]
 _SESSION: dict[str, float] = {}
 
 
 class Boots:
-    """The build, then one future per kernel."""
+    """The build, then one future per kernel; with ``kubelet``, each boot runs the kubelet node after the steps,
+    against a control plane of its own on this machine (:mod:`tests.systemd.kubelet`)."""
 
-    def __init__(self, share: Path, labels: list[str]) -> None:
-        self._share = share
+    def __init__(self, share: Path, labels: list[str], kubelet: bool) -> None:
+        self._share, self._kubelet = share, kubelet
+        self.planes: dict[str, ControlPlane] = {}
         self._pool = ThreadPoolExecutor(max_workers=len(labels) + 1, thread_name_prefix="cmk-systemd-vm")
-        self._ready: Future[tuple[vm.Built, dict[str, Any]]] = self._pool.submit(self._prepare)
+        self._ready: Future[tuple[vm.Built, dict[str, Any], kubelet.Archives | None]] = self._pool.submit(self._prepare)
         self._futures = {label: self._pool.submit(self._boot, label) for label in labels}
 
-    def _prepare(self) -> tuple[vm.Built, dict[str, Any]]:
+    def _prepare(self) -> tuple[vm.Built, dict[str, Any], kubelet.Archives | None]:
         ensure_native_pinner()  # the hook the guest runs: `cmk install` copies this build into the share
         built = vm.build()
         pinner = os.environ.get(vm.PINNER_ENV)
-        return built, vm.prepare_share(self._share, Path(pinner) if pinner else None)
+        prepared = vm.prepare_share(self._share, Path(pinner) if pinner else None)
+        return built, prepared, kubelet.image_archives(self._share) if self._kubelet else None
 
     def _boot(self, label: str) -> vm.Boot:
-        built, prepared = self._ready.result()
-        done = vm.boot(built, label, self._share, prepared)
+        built, prepared, archives = self._ready.result()
+        kube = None
+        if archives is not None:
+            self.planes[label] = kubelet.start_control_plane(images.cluster_bin(), self._share / f"{label}-logs")
+            kube = kubelet.kube_plan(self.planes[label], self._share, label, archives)
+        modules = (vm.GUEST_MODULE, vm.KUBELET_MODULE) if kube else (vm.GUEST_MODULE,)
+        done = vm.boot(built, label, self._share, prepared, modules, kube)
         _BOOTED.append(done)
         return done
 
     def get(self, label: str) -> vm.Boot:
         return self._futures[label].result()
 
-    def close(self) -> None:
+    def close(self) -> list[str]:
+        """Every boot waited for, then every control plane down; what could not be removed."""
         self._pool.shutdown(wait=True)
+        return [problem for plane in self.planes.values() for problem in plane.down()]
 
 
 @pytest.fixture(scope="session")
@@ -60,16 +78,20 @@ def systemd_boots(request: pytest.FixtureRequest) -> Iterator[Boots]:
     needed = sorted({item.callspec.params["kernel"] for item in request.session.items
                      if "systemd_boots" in getattr(item, "fixturenames", ()) and hasattr(item, "callspec")
                      and "kernel" in item.callspec.params})
+    with_kubelet = any(item.path.name == KUBELET_TESTS for item in request.session.items)
     share = Path(tempfile.mkdtemp(prefix="cmk-systemd-", dir="/tmp"))
     started = time.monotonic()
-    boots = Boots(share, needed or list(steps.KERNELS))
-    yield boots
-    boots.close()
+    boots = Boots(share, needed or list(steps.KERNELS), with_kubelet)
+    # a SIGTERM or Ctrl-C stops the control planes too (their processes are this session's children)
+    with SignalTeardown(boots.close) as teardown:
+        yield boots
+        problems = teardown.run()
     _SESSION["tier_seconds"] = time.monotonic() - started
     if os.environ.get("CMK_SYSTEMD_KEEP"):
         print(f"\nsystemd tier: results and consoles kept in {share}")
     else:
         shutil.rmtree(share, ignore_errors=True)
+    assert not problems, f"the kubelet node's control planes left: {problems}"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -95,5 +117,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                           f"slice={seen.get('slice_cpus')!r}/{seen.get('slice_effective')} "
                           f"sandbox={seen.get('sandbox_effective')} exec={seen.get('exec')} "
                           f"cpu.max={seen.get('cpu_max')!r}")
+    for done in sorted(_BOOTED, key=lambda b: b.label):
+        node = done.kubelet
+        if node is None:
+            continue
+        write(f"{done.label}: the kubelet node ran {node.get('guest_seconds', 0):.0f} s; phases (s): "
+              + ", ".join(f"{name} {seconds:g}" for name, seconds in node.get("phases", {}).items())
+              + (" ; FAILED: " + node["error"].strip().splitlines()[-1] if "error" in node else ""))
+        for step, entry in node.get("steps", {}).items():
+            write(f"  {step:16} {entry.get('seconds', 0):6.1f} s  " + "  ".join(
+                f"{kind} {seen.get('affinity')}/{seen.get('scope_effective')}/{seen.get('bound_effective')}/"
+                f"{seen.get('exec')}/{seen.get('cpu_max')}" for kind, seen in entry.get("containers", {}).items()))
+        for step, seen in node.get("static", {}).items():
+            if isinstance(seen, dict) and "guaranteed" in seen:
+                write(f"  static {step:9} guaranteed {seen['guaranteed'].get('affinity')} (kubelet's "
+                      f"{seen['guaranteed'].get('spec_cpus')}), ordinary {seen['ordinary'].get('affinity')}")
+    if not os.environ.get(KUBELET_ENV):
+        write(f"the kubelet node ({KUBELET_TESTS}) was not collected: {KUBELET_ENV}=1 runs it")
     if "tier_seconds" in _SESSION:
         write(f"the tier: {_SESSION['tier_seconds']:.0f} s wall, from the build check to the last power-off")

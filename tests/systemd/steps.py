@@ -1,6 +1,6 @@
 """What the systemd tier does and checks, shared by the guest program and the host-side tests.
 
-Standard library only: the guest imports it with the root's own python3.
+Standard library and the pure cpu-list grammar only: the guest imports it with the root's own python3.
 
 Each VM runs, for each runtime, two pods as containerd and the kubelet make
 them with the systemd cgroup driver (a sandbox and one workload each): a
@@ -12,6 +12,8 @@ reaches; the host asserts each :data:`CHECKS` entry of each step on its own.
 
 from __future__ import annotations
 
+from pinner.cpulist import CpuListError, format_cpu_list, parse_cpu_list
+
 #: The guest machine: 2 CPUs, the exclusive CPU 1 (a whole core's CDI device), the infra CPU 0.
 VM_CPUS = 2
 EXCLUSIVE = frozenset({1})
@@ -21,6 +23,12 @@ INFRA = frozenset({0})
 KERNELS = ("bookworm", "backports")
 RUNTIMES = ("runc", "crun")
 KINDS = {"pinned": EXCLUSIVE, "ordinary": INFRA}
+
+#: The createRuntime hooks' timeout here. The CDI spec's and the hooks.d declaration's 10 s are for a real
+#: machine; under TCG on a busy 2-CPU host one `systemctl` takes 1.5-2.5 s (measured: the set-property steps),
+#: and the hook runs up to six (show + set-property for the scope, the pod slice and the sandbox scope), so 10 s
+#: failed every runc start here. What each start took, hooks included, is in its record (run_seconds).
+HOOK_TIMEOUT_UNDER_TCG = 90
 
 #: In order; each is recorded on its own, after the start.
 STEPS = (
@@ -57,6 +65,18 @@ SEEN = {
 }
 
 
+def show(cpus: frozenset[int]) -> str:
+    return format_cpu_list(cpus) or "<none>"
+
+
+def as_cpus(text: str) -> frozenset[int] | None:
+    """The CPUs of a cpu list the guest read; None for what is not one ('<No such file ...>', '<exit 1>')."""
+    try:
+        return parse_cpu_list(text) if text else frozenset()
+    except (CpuListError, ValueError):
+        return None
+
+
 def checks_of(kind: str, step: str) -> tuple[str, ...]:
     """The checks of ``kind``'s container after ``step``."""
     return CHECKS[kind] + (tuple(f"escape_{e}" for e in ESCAPES) if step == ESCAPE_STEP else ())
@@ -70,3 +90,33 @@ def pod_slice(uid: str) -> str:
 def scope(container_id: str) -> str:
     """The scope runc and crun make for ``<slice>:cri-containerd:<id>``."""
     return f"cri-containerd-{container_id}.scope"
+
+
+# -- the kubelet node (tests/systemd/kubelet_guest.py): containerd and the kubelet in the same VMs -------------
+
+#: qemu's user network: the host's loopback as the guest reaches it, and the guest's own address there.
+KUBE_GATEWAY = "10.0.2.2"
+KUBE_GUEST_ADDRESS = "10.0.2.15/24"
+#: The pods' subnet, on the guest's own bridge (nothing outside the VM sees it).
+KUBE_POD_SUBNET = "10.213.9.0/24"
+KUBE_NODE = "cmk-systemd-node"
+#: The pods through the kubelet under policy none: deploy/examples' CDI-only seed pod on its exclusive core
+#: (``pinned``), and one holding no cmk resource that the node-wide hook confines to infra (``ordinary``).
+KUBE_KINDS = ("pinned", "ordinary")
+#: Under the kubelet's static CPU manager, with the daemon still running: a Guaranteed pod of one whole CPU
+#: (the kubelet picks it) and the ordinary pod again (on the kubelet's shared CPUs).
+STATIC_KINDS = ("guaranteed", "ordinary")
+#: In order, after both pods started ("start"); each is observed on its own.
+KUBELET_STEPS = (
+    "start",
+    "daemon-reload",    # systemctl daemon-reload: systemd re-applies every unit's cgroup context
+    "daemon-reexec",
+    "resize",           # an in-place resize of each pod (memory of the pinned one, cpu of the ordinary one)
+    "kubelet-restart",  # systemctl restart kubelet
+    "rollout",          # kubectl rollout restart of the DaemonSet under the running pods
+)
+#: What must hold for each pod after each step (the names of :data:`SEEN`), plus for the pinned pod no quota.
+KUBELET_CHECKS = {
+    "pinned": ("affinity", "scope_effective", "bound_effective", "exec", "cpu_max"),
+    "ordinary": ("affinity", "scope_effective", "bound_effective", "exec"),
+}

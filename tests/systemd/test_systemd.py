@@ -14,23 +14,11 @@ from typing import Any
 
 import pytest
 
-from pinner.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 from tests.systemd import steps
+from tests.systemd.steps import as_cpus, show
 
 CASES = [(kernel, runtime, step, kind, check) for kernel in steps.KERNELS for runtime in steps.RUNTIMES
          for step in steps.STEPS for kind in steps.KINDS for check in steps.checks_of(kind, step)]
-
-
-def show(cpus: frozenset[int]) -> str:
-    return format_cpu_list(cpus) or "<none>"
-
-
-def as_cpus(text: str) -> frozenset[int] | None:
-    """The CPUs of a cpu list the guest read; None for what is not one ('<No such file ...>', '<exit 1>')."""
-    try:
-        return parse_cpu_list(text) if text else frozenset()
-    except (CpuListError, ValueError):
-        return None
 
 
 def result_of(boots: Any, kernel: str) -> dict[str, Any]:

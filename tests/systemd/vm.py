@@ -35,11 +35,15 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / ".ci/build-systemd-node"
 #: Where the guest sees this checkout (read-only); the guest's root is read-only, /run is a tmpfs.
 GUEST_REPO = "/run/cmk/repo"
+#: Where the guest sees the cluster build's binaries (the kubelet, containerd, kubectl, ctr), read-only.
+KUBE_BIN = "/run/cmk/bin"
 #: Under TCG on a busy 2-CPU machine, a boot reaches the guest program in 1.5-2 minutes and the guest runs 5-7;
 #: this bounds a hang.
 BOOT_TIMEOUT_SECONDS = 900
+#: The kubelet node after the steps (tests/systemd/kubelet_guest.py) takes 20 to 30 minutes more under TCG.
+KUBELET_TIMEOUT_SECONDS = 3600
 BUILD_TIMEOUT_SECONDS = 1800
-MEMORY = "2G"
+MEMORY = "3G"  # the kubelet node unpacks its images in tmpfs
 #: The systemd side of the command line: cgroup v2 only, boot into the guest program and power off after it.
 SYSTEMD_CMDLINE = ("systemd.unified_cgroup_hierarchy=1 systemd.show_status=error "
                    "systemd.run=/usr/local/sbin/cmk-systemd-guest "
@@ -101,11 +105,14 @@ def prepare_share(share: Path, pinner: Path | None = None) -> dict[str, Any]:
     return {"install_dir": str(install_dir), "cdi_spec": spec, "cdi_devices": [cdispec.qualified_name(CDI_DEVICE)]}
 
 
-def vng_command(vng: str, built: Built, label: str, share: Path, script: Path) -> list[str]:
-    """The vng command line booting ``label``'s kernel on the built root with systemd as PID 1."""
+def vng_command(vng: str, built: Built, label: str, share: Path, script: Path,
+                kube_bin: Path | None = None) -> list[str]:
+    """The vng command line booting ``label``'s kernel on the built root with systemd as PID 1; with ``kube_bin``
+    (the cluster build's binaries, read-only at :data:`KUBE_BIN`) and qemu's user network for the kubelet node."""
     _, image = built.kernels[label]
+    kube = ["--network", "user", f"--rodir={KUBE_BIN}={kube_bin}"] if kube_bin else []
     return [vng, "--run", str(image), "--disable-kvm", "--force-9p", "--root", str(built.root), "--systemd",
-            "--cpus", str(steps.VM_CPUS), "--memory", MEMORY, "--name", f"cmk-systemd-{label}",
+            "--cpus", str(steps.VM_CPUS), "--memory", MEMORY, "--name", f"cmk-systemd-{label}", *kube,
             f"--rwdir={share}={share}", f"--rodir={GUEST_REPO}={REPO}",
             "--append", f"{SYSTEMD_CMDLINE} cmk.run={script} {HARNESS_CMDLINE}"]
 
@@ -117,26 +124,37 @@ class Boot:
     result: dict[str, Any]
     wall_seconds: float
     console: Path
+    #: The kubelet node's result (:mod:`tests.systemd.kubelet_guest`), when the boot ran it.
+    kubelet: dict[str, Any] | None = None
 
 
-def boot(built: Built, label: str, share: Path, prepared: dict[str, Any], module: str = "tests.systemd.guest") -> Boot:
-    """Boot ``label``'s kernel, run the guest program (``python3 -m MODULE PLAN``: the tier's, or a benchmark's),
-    return its result (BootError with the console if none)."""
+GUEST_MODULE = "tests.systemd.guest"
+KUBELET_MODULE = "tests.systemd.kubelet_guest"
+
+
+def boot(built: Built, label: str, share: Path, prepared: dict[str, Any], modules: tuple[str, ...] = (GUEST_MODULE,),
+         kube: dict[str, Any] | None = None) -> Boot:
+    """Boot ``label``'s kernel, run each guest program in turn (``python3 -m MODULE PLAN``: the tier's, the kubelet
+    node's with ``kube`` (:func:`tests.systemd.kubelet.kube_plan`), or a benchmark's), return what they wrote
+    (BootError with the console if the first wrote nothing)."""
     release, _ = built.kernels[label]
     result_path = share / f"{label}.json"
     plan_path = share / f"{label}.plan.json"
-    plan_path.write_text(json.dumps({"kernel": label, "release": release, "result": str(result_path), **prepared}))
+    plan_path.write_text(json.dumps({"kernel": label, "release": release, "result": str(result_path), **prepared,
+                                     **({"kube": kube} if kube else {})}))
     script = share / f"{label}.run.sh"
-    script.write_text(f"cd {GUEST_REPO}\n"
-                      f"PYTHONPATH={GUEST_REPO} PYTHONDONTWRITEBYTECODE=1 exec python3 -m {module} "
-                      f"{shlex.quote(str(plan_path))}\n")
+    script.write_text(f"cd {GUEST_REPO}\n" + "".join(
+        f"PYTHONPATH={GUEST_REPO} PYTHONDONTWRITEBYTECODE=1 python3 -m {module} {shlex.quote(str(plan_path))}\n"
+        for module in modules))
     console = share / f"{label}.console.log"
-    command = vng_command(find_vng(), built, label, share, script)
+    command = vng_command(find_vng(), built, label, share, script, Path(kube["host_bin"]) if kube else None)
     started = time.monotonic()
-    status = run_vm(command, console, BOOT_TIMEOUT_SECONDS)
+    status = run_vm(command, console, BOOT_TIMEOUT_SECONDS + (KUBELET_TIMEOUT_SECONDS if kube else 0))
     wall = time.monotonic() - started
     if result_path.is_file():
-        return Boot(label, release, json.loads(result_path.read_text()), wall, console)
+        kubelet_path = Path(kube["result"]) if kube else None
+        kubelet = json.loads(kubelet_path.read_text()) if kubelet_path and kubelet_path.is_file() else None
+        return Boot(label, release, json.loads(result_path.read_text()), wall, console, kubelet)
     tail = console.read_text(errors="replace")[-5000:]
     raise BootError(f"VM {label} (kernel {release}; {status}, {wall:.0f} s) wrote no result; "
                     f"command: {shlex.join(command)}\nconsole tail:\n{tail}")
