@@ -46,7 +46,7 @@ def hook_cpus(seen: dict[str, Any]) -> frozenset[int]:
 def test_the_node_runs_the_systemd_driver_on_cgroup_v2_and_is_ready(systemd_boots: Any, kernel: str) -> None:
     result = node_result(systemd_boots, kernel)
     facts, node = result["facts"], result["node"]
-    assert (facts["pid1_comm"], facts["cgroup_fs"]) == ("systemd", "cgroup2fs")
+    assert (facts["pid1_comm"], facts["cgroup_fs"]) == ("systemd", "cgroup2")  # the mount's type, v2 alone
     assert node["kubelet_config"]["cgroupDriver"] == "systemd"
     assert "failCgroupV1" not in node["kubelet_config"], "failCgroupV1 must stay at its default (true since 1.35)"
     assert "SystemdCgroup = true" in node["containerd_config"]
