@@ -29,7 +29,6 @@ from tests.cluster.deploy import (
     write_overlay,
 )
 from tests.cluster.node import (
-    BUSYBOX_IMAGE,
     PAUSE_IMAGE,
     ControlPlane,
     node_wide_base_spec,
@@ -51,7 +50,7 @@ EXCLUSIVE_CORES = "cmk.intel.com/exclusive-cores"
 def start_control_plane(bin_dir: Path, logs: Path) -> ControlPlane:
     """A control plane the guest can reach (its certificate names the gateway), with deploy/admission applied.
 
-    The caller tears it down (:meth:`ControlPlane.down`), also when this raises.
+    The caller tears it down (:meth:`ControlPlane.down`); one that fails to start is torn down here, then raises.
     """
     plane = ControlPlane(bin_dir, logs, serving_addresses=(steps.KUBE_GATEWAY,), node_name=steps.KUBE_NODE)
     try:
@@ -138,7 +137,6 @@ def kube_plan(plane: ControlPlane, share: Path, label: str, archives: Archives) 
         "kubelet_kubeconfig": plane.kubeconfig_text("kubelet", server),
         "base_spec": stretched(node_wide_base_spec(plane.bin, GUEST_INSTALL_DIR)),
         "pause_image": PAUSE_IMAGE,
-        "busybox_image": BUSYBOX_IMAGE,
         "archives": [str(a) for a in archives.others],
         "product_archive": str(archives.product_archive),
         "product_manifest": under_tcg(plane.kubectl("kustomize", str(overlay)).stdout),

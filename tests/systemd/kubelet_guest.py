@@ -35,6 +35,7 @@ from tests.systemd.guest import (
     allowed_of,
     checked,
     command,
+    container_cgroup,
     facts,
     progress,
     read,
@@ -315,9 +316,7 @@ def observe(kube: Kube, pod: str) -> dict[str, Any]:
         return {"error": f"{pod}: {err}"}
     seen["init_pid"] = pid
     seen["affinity"] = allowed_of(read(f"/proc/{pid}/status"))
-    found = re.search(r"^0::(/\S*)$", read(f"/proc/{pid}/cgroup"), re.MULTILINE)
-    own = CGROUP / found.group(1).lstrip("/") if found else CGROUP
-    own = own.parent if own.name == "cmk-confined" else own
+    own = container_cgroup(read(f"/proc/{pid}/cgroup")) or CGROUP
     seen["scope"] = own.name
     seen["scope_effective"] = read(own / "cpuset.cpus.effective")
     seen["bound_effective"] = read(own.parent / "cpuset.cpus.effective")
