@@ -344,6 +344,51 @@ class CoreWithheld(Event):
 
 
 @dataclass(frozen=True)
+class IrqsSteered(Event):
+    """Device IRQs moved off the held CPUs (or given back once none are held), or irqbalance told to."""
+
+    name: ClassVar[str] = "irqs_steered"
+    cpus: str
+    moved: int
+    narrowed: int
+    via: str = ""
+
+    @property
+    def message(self) -> str:
+        held = f"held CPUs {self.cpus}" if self.cpus else "no held CPUs"
+        if self.via:
+            return f"asked irqbalance ({self.via}) to keep device interrupts off {held}"
+        return f"wrote {self.moved} IRQ masks for {held}; {self.narrowed} stay narrowed"
+
+
+@dataclass(frozen=True)
+class IrqUnmovable(Event):
+    """Once per IRQ for the daemon's life: a managed or per-CPU IRQ refuses every write, so it is not retried."""
+
+    name: ClassVar[str] = "irq_unmovable"
+    level: ClassVar[int] = logging.WARNING
+    irq: str
+    cpus: str
+    error: str
+
+    @property
+    def message(self) -> str:
+        return (f"IRQ {self.irq} cannot be pointed at CPUs {self.cpus} ({self.error}): the kernel manages it "
+                "or /proc/irq is read-only here; it is left as it is and not tried again")
+
+
+@dataclass(frozen=True)
+class IrqRecordProblem(Event):
+    name: ClassVar[str] = "irq_record_problem"
+    level: ClassVar[int] = logging.WARNING
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return self.reason
+
+
+@dataclass(frozen=True)
 class CoreReleased(Event):
     name: ClassVar[str] = "core_released"
     core: str

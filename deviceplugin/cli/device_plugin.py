@@ -78,6 +78,7 @@ def _daemon(args: argparse.Namespace, events: Events) -> tuple[Daemon, ActiveCon
                                   plan=plan, cdi_dir=args.cdi_dir if args.cdi else None,
                                   pod_resources_socket=args.pod_resources_socket, config_problem=problem,
                                   unthrottle_exclusive=args.unthrottle_exclusive,
+                                  irq_steering=args.irq_steering, irq_dir=args.irq_dir,
                                   infra_record_dir=Path(args.install_dir) if args.infra_record else None)
         topology = discover(args.sysfs_root, args.procfs_root, later_threads_on_demand=True)
         node = plan_node(topology, plan)  # a bad plan fails here, unserved

@@ -22,6 +22,7 @@ from deviceplugin.host.install import (
     checked_hooks_dir,
     checked_install_dir,
 )
+from deviceplugin.host.irqs import DEFAULT_IRQ_DIR
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
 from deviceplugin.model.limits import (
     MAX_CPUS,
@@ -30,7 +31,14 @@ from deviceplugin.model.limits import (
     checked_cpu_list,
     parse_count,
 )
-from deviceplugin.model.plan import DEFAULT_SLOTS, Mode, PlanOptions, SlotScope
+from deviceplugin.model.plan import (
+    CORE_POOLS,
+    DEFAULT_SLOTS,
+    Mode,
+    PlanOptions,
+    Pool,
+    SlotScope,
+)
 from deviceplugin.observe.logs import FORMATS
 
 # --- command-line converters (argparse ``type``): text in, value or ArgumentTypeError out ---
@@ -64,6 +72,16 @@ def cpu_set(text: str) -> frozenset[int]:
         return checked_cpu_list(text)
     except CpuListError as err:
         raise argparse.ArgumentTypeError(f"{err} (expected e.g. 4-5,12-13)") from None
+
+
+def steered_pools(text: str) -> frozenset[Pool]:
+    """Comma-separated pools of whole cores (``exclusive,exclusive-non-isolcpus``); "" or none: no pool."""
+    names = [name.strip() for name in text.split(",") if name.strip() and name.strip() != "none"]
+    wrong = [name for name in names if name not in {str(pool) for pool in CORE_POOLS}]
+    if wrong:
+        raise argparse.ArgumentTypeError(f"IRQ steering is for pools of whole cores ({', '.join(sorted(CORE_POOLS))}),"
+                                         f" got {', '.join(wrong)}")
+    return frozenset(Pool(name) for name in names)
 
 
 def hooks_dir(text: str) -> str:
@@ -150,6 +168,18 @@ def cpu_set_value(value: object) -> frozenset[int]:
     elif type(value) is int:
         value = str(value)
     return cpu_set(text_value(value))
+
+
+def pools_value(value: object) -> frozenset[Pool]:
+    """A YAML list of pool names, or one comma-separated string."""
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        value = ",".join(value)
+    if value == "" or value == []:
+        return frozenset()
+    try:
+        return steered_pools(text_value(value))
+    except argparse.ArgumentTypeError as err:
+        raise ValueError(str(err)) from None
 
 
 def switch_value(value: object) -> bool:
@@ -297,6 +327,13 @@ DAEMON = FlagGroup("daemon", (
     Flag(name="infra-record", switch=True, load=switch_value, default=True,
          help="keep the node-wide hook's infra record (the infra CPUs, in --install-dir) in step "
               "with the plan: written only when its content differs (default: on)"),
+    Flag(name="irq-steering", parse=steered_pools, load=pools_value, default=frozenset(), metavar="POOLS",
+         help="keep device interrupts off the CPUs containers hold in these pools (exclusive, "
+              "exclusive-non-isolcpus; comma-separated) while they hold them, and give the IRQ masks "
+              "back after; through irqbalance where it runs (docs/user/irq-steering.md) (default: none)"),
+    Flag(name="irq-dir", parse=Path, load=path_value, default=DEFAULT_IRQ_DIR, metavar="DIR",
+         help=f"the IRQ masks --irq-steering writes: the host's /proc/irq, mounted writable "
+              f"(a container's own is read-only) (default: {DEFAULT_IRQ_DIR})"),
     Flag(name="cdi-dir", parse=Path, load=path_value, default=DEFAULT_CDI_DIR, metavar="DIR",
          help="the runtime's CDI spec directory the spec is written into at start; it stays "
               "when the daemon stops (restarted containers still name its devices): docs/user/"

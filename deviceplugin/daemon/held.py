@@ -29,6 +29,8 @@ class HeldCores:
     def __init__(self, socket: Path | None, kubelet_dir: Path, *, recheck: float, events: Events) -> None:
         self._socket, self._kubelet_dir, self._recheck, self._events = socket, kubelet_dir, recheck, events
         self.withheld: tuple[Withheld, ...] = ()
+        #: resource -> the device IDs containers hold, from the last read (None: that read failed).
+        self.held: dict[str, frozenset[str]] | None = None
         self._due = 0.0
         self._slots_before: dict[str, frozenset[int]] | None = None
         self._slots_held_at_start: dict[str, frozenset[str]] | None = None
@@ -62,8 +64,10 @@ class HeldCores:
             assignments = read_assignments(self._socket, resources=RESOURCE_NAMES.values(), allocatable=False)
         except Unavailable as err:
             self._events.emit(HeldUnknown(str(err)))
+            self.held = None
             return None
         held = {resource: assignments.held(resource) for resource in RESOURCE_NAMES.values()}
+        self.held = held
         if self._slots_held_at_start is None:
             self._slots_held_at_start = held
         holds = learn_holds(plan, held, self._slots_before, self._slots_held_at_start)

@@ -8,8 +8,9 @@ from pathlib import Path
 from api.constants import DEVICE_PLUGIN_DIR, validate_device_id, validate_resource_name
 from deviceplugin.errors import CmkError
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.irqs import DEFAULT_IRQ_DIR, DEFAULT_IRQBALANCE_DIR
 from deviceplugin.model.devices import DeviceTree
-from deviceplugin.model.plan import PlanOptions
+from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.protocol.server import list_message_problem, socket_path_problem
 
 
@@ -31,6 +32,11 @@ class DaemonSettings:
     config_problem: str | None = None
     #: Mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota of containers holding only them.
     unthrottle_exclusive: bool = True
+    #: Pools whose held CPUs device interrupts are kept off (:mod:`deviceplugin.daemon.irqs`); empty: none.
+    irq_steering: frozenset[Pool] = frozenset()
+    #: The IRQ masks steering writes, and where a running irqbalance listens (it owns the masks then).
+    irq_dir: Path = DEFAULT_IRQ_DIR
+    irqbalance_dir: Path = DEFAULT_IRQBALANCE_DIR
     #: Where the node-wide hook's infra record lives (the install dir); None: not written (the CLI defaults to on).
     infra_record_dir: Path | None = None
 

@@ -15,12 +15,15 @@ from api.constants import KUBELET_SOCKET_NAME
 from deviceplugin.daemon import nodefiles
 from deviceplugin.daemon.cpumanager import CpuManager
 from deviceplugin.daemon.held import HeldCores
+from deviceplugin.daemon.irqs import IrqSteering
 from deviceplugin.daemon.serving import PoolServers
 from deviceplugin.daemon.settings import DaemonSettings, check_tree
-from deviceplugin.daemon.wakes import Item, SocketGone, Wake, Wakes
+from deviceplugin.daemon.wakes import HandedOut, Item, SocketGone, Wake, Wakes
 from deviceplugin.errors import CmkError
 from deviceplugin.events import (
+    Allocated,
     CpusUnread,
+    Event,
     EventFailed,
     Events,
     HealthChanged,
@@ -33,12 +36,13 @@ from deviceplugin.events import (
 from deviceplugin.host.nodelock import NodeLock
 from deviceplugin.host.sysfs import discover, online_cpus
 from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
-from deviceplugin.model.devices import DeviceTree, health_changes
+from deviceplugin.model.devices import DeviceTree, health_changes, legacy_core_cpus
 from deviceplugin.model.node import NodePlan, plan_node
+from deviceplugin.model.plan import RESOURCE_NAMES
 from deviceplugin.model.withheld import Withheld
 from deviceplugin.protocol.registration import kubelet_listens, socket_identity
 from deviceplugin.protocol.server import PoolServer, Preference
-from pinner.cpulist import format_cpu_list
+from pinner.cpulist import format_cpu_list, parse_cpu_list
 
 
 class Daemon:
@@ -69,6 +73,12 @@ class Daemon:
                                recheck=settings.held_recheck, events=self.events)
         self._cpu_manager = CpuManager(settings.pod_resources_socket, recheck=settings.held_recheck,
                                        events=self.events)
+        self._irqs: IrqSteering | None = None
+        if settings.irq_steering:
+            self._irqs = IrqSteering(irq_dir=settings.irq_dir, record_dir=settings.kubelet_dir,
+                                     irqbalance_dir=settings.irqbalance_dir, recheck=settings.held_recheck,
+                                     events=self.events)
+            self.events.listen(self._on_allocated)
         self._thread = threading.Thread(target=self._loop, name="cmk-supervisor", daemon=True)
         self._watchers: list[PluginDirWatcher | CpuWatcher] = []
         self._dir_watcher: PluginDirWatcher | None = None
@@ -158,12 +168,15 @@ class Daemon:
 
     def _loop(self) -> None:
         while True:
-            batch = self._wakes.batch(self._held.due())
+            batch = self._wakes.batch(self._due())
             if Wake.STOP in batch:
                 return
             try:
                 if Wake.HELD in batch:
                     self._learn_held()
+                elif self._irqs is not None and (handed := [i.cpus for i in batch if isinstance(i, HandedOut)]):
+                    self._irqs.handed_out(frozenset().union(*handed))
+                    self._irqs.update(None, self._housekeeping())
                 if Wake.CPUS in batch:
                     self._refresh()
                 self._count_kubelet(batch)
@@ -241,6 +254,37 @@ class Daemon:
         withheld = self._held.learn(self.plan)
         if withheld is not None:
             self._push(self.node.tree_now(self._online, withheld), self._online)
+        if self._irqs is not None:
+            self._irqs.update(self._steered_held(), self._housekeeping())
+
+    def _due(self) -> float | None:
+        """When pod resources are next read: to give back a withheld core, or for IRQ steering's round."""
+        dues = [self._held.due(), self._irqs.due() if self._irqs is not None else None]
+        return min((due for due in dues if due is not None), default=None)
+
+    def _steered_held(self) -> frozenset[int] | None:
+        """The CPUs containers hold in the IRQ-steered pools, by the last read of pod resources (None: unread)."""
+        held = self._held.held
+        if held is None:
+            return None
+        cpus: set[int] = set()
+        for pool in self.settings.irq_steering:
+            resource = RESOURCE_NAMES[pool]
+            devices = self.tree[resource].devices if resource in self.tree else {}
+            for device_id in held.get(resource, ()):
+                device = devices.get(device_id)
+                cpus |= device.cpus if device is not None else legacy_core_cpus(device_id) or frozenset()
+        return frozenset(cpus)
+
+    def _housekeeping(self) -> frozenset[int]:
+        """The online CPUs outside the IRQ-steered pools: where an IRQ pointed only at held CPUs goes."""
+        steered = frozenset().union(*(self.plan.cpus(pool) for pool in self.settings.irq_steering))
+        return (self._online - steered) or self._online
+
+    def _on_allocated(self, event: Event) -> None:
+        """Listener (a server thread): CPUs of a steered pool just given out are cleared at once."""
+        if isinstance(event, Allocated) and event.pool in self.settings.irq_steering:
+            self._wakes.put(HandedOut(parse_cpu_list(event.cpus)))
 
     def _refresh(self) -> None:
         try:

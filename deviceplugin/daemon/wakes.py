@@ -27,7 +27,14 @@ class SocketGone:
     name: str
 
 
-Item = Wake | SocketGone
+@dataclass(frozen=True)
+class HandedOut:
+    """Allocate gave these CPUs of an IRQ-steered pool to a container about to start."""
+
+    cpus: frozenset[int]
+
+
+Item = Wake | SocketGone | HandedOut
 
 
 class Wakes:

@@ -142,7 +142,8 @@ class Node:
                 self.cmk("device-plugin", "--kubelet-dir", str(self.plugin_dir), "--install-dir",
                          str(self.install_dir), "--cdi-dir", str(self.cdi_dir), "--no-nfd", "--log-level", "INFO",
                          "--pod-resources-socket", str(self.pod_resources_socket),
-                         "--metrics-address", METRICS_ADDRESS, "--per-cpu-metrics", *self.shape.pool_flags),
+                         "--metrics-address", METRICS_ADDRESS, "--per-cpu-metrics", *self.shape.pool_flags,
+                         *(["--irq-steering", "exclusive"] if shapes.IRQ_STEERING in self.shape.checks else [])),
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
 
     def connect(self) -> None:
@@ -854,6 +855,131 @@ def check_usage(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> st
             f"held {show(held)}: none; device IRQs/s on isolated or exclusive CPUs {figures['usage']['device_irqs_per_second']}")
 
 
+def _device_interrupts() -> dict[str, list[int]]:
+    """/proc/interrupts' numbered rows: IRQ -> its count on each CPU (the kernel's own table, not the product's)."""
+    lines = read("/proc/interrupts").splitlines()
+    width = len(lines[0].split())
+    rows: dict[str, list[int]] = {}
+    for line in lines[1:]:
+        name, _, rest = line.partition(":")
+        if name.strip().isdigit():
+            rows[name.strip()] = [int(n) for n in rest.split()[:width]]
+    return rows
+
+
+def _on(rows: dict[str, list[int]], cpu_set: frozenset[int]) -> int:
+    return sum(counts[cpu] for counts in rows.values() for cpu in cpu_set if cpu < len(counts))
+
+
+def _metric_sum(name: str, **labels: str) -> float:
+    """The sum of one family's samples whose labels include ``labels``, from the daemon's /metrics."""
+    with urllib.request.urlopen(f"http://{METRICS_ADDRESS}/metrics", timeout=WAIT_SECONDS) as answer:
+        text = answer.read().decode()
+    total = 0.0
+    for found in re.finditer(rf"^{name}{{([^}}]*)}} (\S+)$", text, re.MULTILINE):
+        have = dict(re.findall(r'(\w+)="([^"]*)"', found.group(1)))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(found.group(2))
+    return total
+
+
+def _disk_load(directory: Path, seconds: float) -> int:
+    """Small synced writes into the host's shared directory: each is a virtio-9p request, so an interrupt."""
+    path = directory / "irq-load.bin"
+    done, deadline = 0, time.monotonic() + seconds
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while time.monotonic() < deadline:
+            os.pwrite(fd, b"x" * 4096, (done % 64) * 4096)
+            os.fsync(fd)
+            done += 1
+    finally:
+        os.close(fd)
+        path.unlink()
+    return done
+
+
+def _phase(directory: Path, exclusive: frozenset[int], seconds: float) -> dict[str, Any]:
+    """Device interrupts on ``exclusive`` while the disk is busy: from /proc/interrupts and from the metrics."""
+    metric = partial(_metric_sum, "cmk_pool_interrupts_total", kind="device", pool="exclusive")
+    rows, counted, t = _device_interrupts(), metric(), time.monotonic()
+    writes = _disk_load(directory, seconds)
+    after_rows, after_counted, wall = _device_interrupts(), metric(), time.monotonic() - t
+    by_irq = {irq: _on({irq: counts}, exclusive) - _on({irq: rows.get(irq, [])}, exclusive)
+              for irq, counts in after_rows.items()}
+    busiest = max(after_rows, key=lambda irq: sum(after_rows[irq]) - sum(rows.get(irq, [0])))
+    return {"writes": writes, "seconds": round(wall, 2), "proc": _on(after_rows, exclusive) - _on(rows, exclusive),
+            "metric": after_counted - counted, "per_second": round((after_counted - counted) / wall, 1),
+            "by_irq": {irq: n for irq, n in by_irq.items() if n}, "busiest": busiest}
+
+
+def _irq_names(irqs: dict[str, int]) -> dict[str, str]:
+    """IRQ -> its /proc/interrupts line's last field (the device's queue name)."""
+    lines = {line.split(":", 1)[0].strip(): line.split()[-1] for line in read("/proc/interrupts").splitlines()[1:]}
+    return {irq: lines.get(irq, "?") for irq in irqs}
+
+
+def _masks() -> dict[str, frozenset[int]]:
+    found = {}
+    for entry in Path("/proc/irq").iterdir():
+        if entry.name.isdigit():
+            found[entry.name] = cpus(read(entry / "smp_affinity_list"))
+    return found
+
+
+def check_irq_steering(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    """While a pod holds the exclusive cores, real virtio interrupts stay off them; their masks come back after.
+
+    Before: the disk's IRQ is pointed at the exclusive CPUs (as a tuning agent
+    or the kernel may leave it) and counted there under synced writes. Then a
+    pod holds every exclusive core, the daemon (``--irq-steering exclusive``)
+    narrows the masks, and the same load must put no device interrupt on them
+    except from IRQs the daemon logged as unmovable. Deleting the pod gives
+    every mask back as found. /proc/interrupts and the daemon's
+    ``cmk_pool_interrupts_total`` must count the same in each phase.
+    """
+    assert node.kubelet is not None
+    share = Path(plan["result"]).parent
+    exclusive = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
+    record = node.plugin_dir / "cmk-irq-masks.json"
+    node.kubelet.wait_for(lambda: not record.exists(), timeout=WAIT_SECONDS,
+                          what="the earlier checks' pods gone and their IRQ masks given back")
+    disk = _phase(share, exclusive, 2)["busiest"]
+    Path(f"/proc/irq/{disk}/smp_affinity_list").write_text(show(exclusive))
+    found = _masks()
+    before = _phase(share, exclusive, 10)
+    expect(before["by_irq"].get(disk, 0) > 0, f"IRQ {disk} pointed at {show(exclusive)} landed none there: {before}")
+    count = len(node.kubelet.devices(RESOURCES["exclusive"]))
+    admit(node, "irq", {"c": {RESOURCES["exclusive"]: count}})
+    try:
+        node.kubelet.wait_for(lambda: not _masks()[disk] & exclusive, timeout=WAIT_SECONDS,
+                              what=f"the daemon steering IRQ {disk} off the held CPUs")
+        unmovable = set(re.findall(r"IRQ (\d+) cannot be pointed", node.daemon_log()))
+        narrowed = _masks()
+        stray = {irq: show(m) for irq, m in narrowed.items() if m & exclusive and irq not in unmovable}
+        expect(not stray, f"masks still naming the held CPUs {show(exclusive)}: {stray}")
+        # x86 moves an MSI at its next interrupt, which may still arrive where it was: let each fire once.
+        _disk_load(share, 2)
+        after = _phase(share, exclusive, 10)
+    finally:
+        node.kubelet.delete_pod("irq")
+    node.kubelet.wait_for(lambda: _masks() == found, timeout=WAIT_SECONDS,
+                          what="every IRQ mask given back as found once the pod is gone")
+    moved = {irq: n for irq, n in after["by_irq"].items() if irq not in unmovable}
+    expect(not moved, f"device interrupts on the held CPUs {show(exclusive)} after steering: {moved} "
+                      f"({_irq_names(moved)}; masks {({irq: show(narrowed[irq]) for irq in moved if irq in narrowed})})")
+    for phase in (before, after):
+        expect(phase["metric"] == phase["proc"] or abs(phase["metric"] - phase["proc"]) <= 0.05 * phase["proc"] + 5,
+               f"cmk_pool_interrupts_total counted {phase['metric']}, /proc/interrupts {phase['proc']}: {phase}")
+    figures["irq_steering"] = {"irq": disk, "exclusive": show(exclusive), "before": before, "after": after,
+                               "unmovable": sorted(unmovable), "narrowed": len([m for m in found
+                                                                               if narrowed[m] != found[m]])}
+    return (f"IRQ {disk} on {show(exclusive)}: {before['by_irq'].get(disk, 0)} interrupts in {before['seconds']} s "
+            f"before, {after['by_irq'].get(disk, 0)} in {after['seconds']} s held and steered "
+            f"({figures['irq_steering']['narrowed']} masks narrowed, unmovable {sorted(unmovable) or 'none'}); "
+            f"metric {before['per_second']}/s then {after['per_second']}/s")
+
+
 CHECKS: dict[str, Callable[..., str]] = {
     shapes.KERNEL: check_kernel,
     shapes.DEVICES: check_devices,
@@ -874,15 +1000,16 @@ CHECKS: dict[str, Callable[..., str]] = {
     shapes.USAGE: check_usage,
     shapes.ESCAPE_RUNC: check_escape_runc,
     shapes.ESCAPE_CRUN: check_escape_crun,
+    shapes.IRQ_STEERING: check_irq_steering,
 }
 #: Checks that need the daemon serving.
 NEEDS_DAEMON = {shapes.DEVICES, shapes.POOLS, shapes.HOTPLUG, shapes.STATIC_PINNER,
                 shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG, shapes.USAGE, *shapes.NODE_WIDE,
-                shapes.ESCAPE_RUNC, shapes.ESCAPE_CRUN}
+                shapes.ESCAPE_RUNC, shapes.ESCAPE_CRUN, shapes.IRQ_STEERING}
 #: The order that lets later checks use earlier answers (pinners and hooks use the pools' answers).
 ORDER = [shapes.KERNEL, shapes.POOLS, shapes.DEVICES, shapes.HOST_CONFIG, shapes.STATIC_PINNER,
          shapes.HOOK_RUNC, shapes.HOOK_CRUN, *shapes.NODE_WIDE, shapes.ESCAPE_RUNC,
-         shapes.ESCAPE_CRUN, shapes.HOTPLUG, shapes.USAGE, shapes.DESCRIBE, shapes.NO_REBOOT]
+         shapes.ESCAPE_CRUN, shapes.HOTPLUG, shapes.USAGE, shapes.IRQ_STEERING, shapes.DESCRIBE, shapes.NO_REBOOT]
 
 
 def progress(message: str) -> None:

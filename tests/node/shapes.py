@@ -36,6 +36,7 @@ HOST_CONFIG = "host_config_plans_the_served_pools"
 DESCRIBE = "describe_reports_the_pools_host_config_planned"
 NO_REBOOT = "host_config_says_no_reboot_is_needed"
 USAGE = "metrics_and_describe_show_a_leak_onto_an_unheld_exclusive_cpu"
+IRQ_STEERING = "virtio_interrupts_stay_off_held_exclusive_cpus_and_their_masks_come_back"
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ NO_ISOLCPUS = Shape(
     pool_flags=(),
     # The scheduler uses "exclusive" CPUs here: the shape where the noisy container's baseline shows it.
     checks=(KERNEL, DEVICES, POOLS, STATIC_PINNER, HOOK_RUNC, BOTH_HOOKS_RUNC, BOTH_HOOKS_CRUN, NOISY_RUNC,
-            NOISY_CRUN),
+            NOISY_CRUN, IRQ_STEERING),
     isolated="",
     numa_nodes=2,
     threads_per_core=1,

@@ -63,7 +63,7 @@ OPERATOR_KINDS = {"PodMonitor", "PrometheusRule"}
 
 def test_the_expected_kustomizations_exist() -> None:
     assert KUSTOMIZATIONS == ["admission", "base", "components/monitoring", "examples", "overlays/cdi-off",
-                              "overlays/monitoring", "overlays/node-group-large"]
+                              "overlays/irq-steering", "overlays/monitoring", "overlays/node-group-large"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -113,10 +113,11 @@ def test_every_container_has_cpu_and_memory_requests_and_limits(where: str, spec
 
 
 @pytest.mark.parametrize(("where", "spec"), list(all_pod_specs()))
-def test_no_host_proc_anywhere(where: str, spec: dict[str, Any]) -> None:
+def test_no_host_proc_anywhere_but_the_irq_masks_of_the_irq_steering_overlay(where: str, spec: dict[str, Any]) -> None:
+    allowed = {"/proc/irq"} if where.startswith("overlays/irq-steering:") else set()
     for volume in spec.get("volumes", []):
         path = volume.get("hostPath", {}).get("path", "")
-        assert not (path == "/proc" or path.startswith("/proc/")), f"{where}: hostPath {path}"
+        assert path in allowed or not (path == "/proc" or path.startswith("/proc/")), f"{where}: hostPath {path}"
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
@@ -174,6 +175,15 @@ def test_daemon_mounts_kubelet_dirs_install_dir_and_nfd_dir_but_not_host_sys(kus
     assert install_mounts["/etc/cmk"]["name"] == mounts["/etc/cmk"]["name"]
     assert install["args"][1:] == ["--install-dir", "/opt/bin", "--hooks-dir", "/etc/containers/oci/hooks.d",
                                    "--config", "/etc/cmk/config.yaml"]
+
+
+def test_the_irq_steering_overlay_steers_exclusive_through_the_hosts_irq_masks_and_irqbalance() -> None:
+    base, steering = daemon_container("base"), daemon_container("overlays/irq-steering")
+    assert not any(arg.startswith("--irq-") for arg in base["args"])
+    assert steering["args"] == [*base["args"], "--irq-dir=/host/proc/irq", "--irq-steering=exclusive"]
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in steering["volumeMounts"]}
+    assert mounts["/host/proc/irq"] is False and "/run/irqbalance" in mounts
+    assert steering["securityContext"] == base["securityContext"]  # still no capability, not privileged
 
 
 def test_cdi_dir_is_mounted_in_base_and_dropped_with_cdi_off() -> None:
@@ -242,7 +252,7 @@ def test_daemon_paths_are_where_they_are_mounted(kustomization: str) -> None:
     mounts = {m["mountPath"] for m in daemon["volumeMounts"]}
     for arg in daemon["args"]:
         if arg.startswith(("--kubelet-dir=", "--install-dir=", "--cdi-dir=", "--config=",
-                           "--pod-resources-socket=", "--nfd-features-dir=")):
+                           "--pod-resources-socket=", "--nfd-features-dir=", "--irq-dir=")):
             path = arg.split("=", 1)[1]
             assert any(path == m or path.startswith(m + "/") for m in mounts), arg
 
