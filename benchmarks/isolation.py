@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -278,6 +279,7 @@ class Bench:
     cpu: int  # the measured CPU: the exclusive pool's
     seconds: int
     annotations: dict[str, str]
+    probe: Callable[[], str] | None = None  # read while cyclictest runs; said in the note
 
     def case(self, case: str, extra: dict[str, str], note: str = "") -> Figures:
         """The neighbours, then cyclictest in the measuring pod; every pod deleted after."""
@@ -313,7 +315,10 @@ class Bench:
         before, started = cpu_interrupts(), time.monotonic()
         ended, nonvoluntary, irqs = started, 0, 0
         ran_on: Counter[int] = Counter()
+        probed = ""
         while run.poll() is None:
+            if self.probe is not None and not probed and time.monotonic() - started > self.seconds / 2:
+                probed = self.probe()
             time.sleep(1)
             with contextlib.suppress(OSError):
                 nonvoluntary, cpus = task_readings(pid)
@@ -330,7 +335,7 @@ class Bench:
         maximum, p99, samples = parse_cyclictest(output.read_text())
         allowed = format_cpu_list(parse_cpu_list(container.cpus_allowed))
         return Figures(case, maximum, p99, samples, nonvoluntary, irqs, ended - started, ran_on,
-                       note or f"pod's CPUs {allowed}")
+                       "; ".join(filter(None, [note or f"pod's CPUs {allowed}", probed])))
 
 
 # --- the node's settings for each case ----------------------------------------------------------
@@ -358,23 +363,71 @@ def daemon_steers() -> bool:
     return "--irq-steering" in result.stdout
 
 
-def steer(deployment: Deployment) -> str:
-    """The overlay's config with ``irq-steering: [exclusive]``, rolled out; the daemon's lines on steering."""
+IRQ_OVERLAY = ROOT / "deploy" / "overlays" / "irq-steering" / "kustomization.yaml"
+IRQBALANCE_DIR = Path("/run/irqbalance")  # the overlay's hostPath (DirectoryOrCreate)
+
+
+def steer(deployment: Deployment) -> None:
+    """(c)'s deployment with ``irq-steering: [exclusive]`` in the daemon's config, and the host's ``/proc/irq``
+    and irqbalance directory mounted as ``deploy/overlays/irq-steering`` mounts them (its ``--irq-dir`` too;
+    its ``--irq-steering`` flag is the config key here), rolled out."""
     import yaml
     overlay = deployment.overlay
     config = yaml.safe_load((ROOT / "deploy" / "base" / "config.yaml").read_text()) or {}
     config["irq-steering"] = ["exclusive"]
     (overlay / "config.yaml").write_text(yaml.safe_dump(config))
+    (shipped,) = yaml.safe_load(IRQ_OVERLAY.read_text())["patches"]
+    ops = [op for op in yaml.safe_load(shipped["patch"]) if not str(op.get("value", "")).startswith("--irq-steering")]
     kustomization = json.loads((overlay / "kustomization.yaml").read_text())
+    kustomization["patches"].append({"target": shipped["target"], "patch": json.dumps(ops)})
     kustomization.setdefault("configMapGenerator", []).append(
         {"name": "cmk-config", "behavior": "replace", "files": ["config.yaml"]})
     (overlay / "kustomization.yaml").write_text(json.dumps(kustomization, indent=2))
-    node = deployment.node
-    node.kubectl("apply", "-k", str(overlay))
-    rollout(node)
-    time.sleep(5)
+    deployment.node.kubectl("apply", "-k", str(overlay))
+    rollout(deployment.node)
+
+
+IRQ_DIR = Path("/proc/irq")
+
+
+def irq_masks() -> dict[str, str]:
+    """Every IRQ's ``smp_affinity_list`` and ``default_smp_affinity``, as the host shows them."""
+    masks = {path.parent.name: path.read_text().strip() for path in IRQ_DIR.glob("*/smp_affinity_list")}
+    masks["default"] = (IRQ_DIR / "default_smp_affinity").read_text().strip()
+    return masks
+
+
+def naming(cpu: int, masks: dict[str, str]) -> str:
+    """How many device IRQ masks include ``cpu``, of how many."""
+    lists = [mask for irq, mask in masks.items() if irq != "default"]
+    return f"{sum(cpu in parse_cpu_list(mask) for mask in lists)} of {len(lists)} IRQ masks include CPU {cpu}"
+
+
+def restore_masks(found: dict[str, str]) -> list[str]:
+    """Write back each mask that differs from ``found``; returns the IRQs written."""
+    written = []
+    for irq, mask in found.items():
+        path = IRQ_DIR / ("default_smp_affinity" if irq == "default" else f"{irq}/smp_affinity_list")
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() != mask:
+                path.write_text(mask)
+                written.append(irq)
+    return written
+
+
+def steering_said(node: Node) -> str:
+    """The daemon's log lines on IRQs since it started."""
     logs = node.kubectl("-n", NAMESPACE, "logs", "daemonset/cmk-deviceplugin", "-c", "daemon", check=False).stdout
-    return "\n".join(line for line in logs.splitlines() if re.search(r"irq|interrupt|steer", line, re.IGNORECASE))
+    return "\n".join(line for line in logs.splitlines() if re.search(r"irq", line, re.IGNORECASE))
+
+
+def summarise_steering(said: str) -> str:
+    refused = [line for line in said.splitlines() if "irq_unmovable" in line or "cannot be pointed" in line]
+    wrote = re.findall(r"wrote (\d+) IRQ masks for ([^;\"]*)", said)
+    errors = sorted({m for line in refused for m in re.findall(r"\(([^()]*)\): the kernel", line)})
+    held = [(count, cpus) for count, cpus in wrote if not cpus.startswith("no ")]
+    steered = f"wrote {held[0][0]} masks for {held[0][1]}" if held else "wrote no mask for held CPUs"
+    return f"daemon: {steered}, {len(refused)} IRQs refused ({', '.join(errors) or '-'})"
 
 
 def undeploy(deployment: Deployment) -> None:
@@ -489,6 +542,7 @@ def run_cases(node: Node, cases: str, seconds: int, balloons_binary: Path | None
         attempt("b", static)
 
     deployment: Deployment | None = None
+    irqbalance_dir_was_there = IRQBALANCE_DIR.exists()
     if {"c", "d"} & set(cases):
         deployment = deploy_product(node)
         attempt("c", lambda: bench.case("c", exclusive_core))
@@ -497,11 +551,27 @@ def run_cases(node: Node, cases: str, seconds: int, balloons_binary: Path | None
             if not daemon_steers():
                 return Skipped("d", "this checkout's daemon has no --irq-steering")
             assert deployment is not None
-            said = steer(deployment)
-            print(f"isolation: the daemon on IRQ steering:\n{said or '(nothing)'}", file=sys.stderr, flush=True)
-            return bench.case("d", exclusive_core, note=summarise_steering(said))
+            found = irq_masks()
+            try:
+                steer(deployment)
+                bench.probe = lambda: naming(cpu, irq_masks())
+                figures = bench.case("d", exclusive_core)
+                bench.probe = None
+                said = steering_said(node)
+                print(f"isolation: the daemon on IRQs:\n{said or '(nothing)'}", file=sys.stderr, flush=True)
+                with contextlib.suppress(TimeoutError):  # the pod is gone: the daemon gives the masks back
+                    wait_for("the IRQ masks given back", lambda: irq_masks() == found, 60)
+                back = "the daemon gave every mask back" if irq_masks() == found else "masks NOT given back"
+                return dataclasses.replace(figures, note=f"{figures.note}; {summarise_steering(said)}; {back}")
+            finally:
+                written = restore_masks(found)
+                if written:
+                    print(f"isolation: wrote back the masks of IRQs {', '.join(written)}", file=sys.stderr)
         attempt("d", steered)
         undeploy(deployment)
+        if not irqbalance_dir_was_there:  # the overlay's DirectoryOrCreate made it
+            with contextlib.suppress(OSError):
+                IRQBALANCE_DIR.rmdir()
 
     def balloon() -> Figures | Skipped:
         if balloons_binary is None:
@@ -514,11 +584,6 @@ def run_cases(node: Node, cases: str, seconds: int, balloons_binary: Path | None
                 bench.annotations = {}
     attempt("e", balloon)
     return results
-
-
-def summarise_steering(said: str) -> str:
-    refused = len(re.findall(r"refus|EPERM|not permitted|denied", said, re.IGNORECASE))
-    return f"daemon: {refused} steering lines say refused" if said else "daemon said nothing on steering"
 
 
 def report(results: list[Figures | Skipped], cpu_label: str, seconds: int) -> None:
