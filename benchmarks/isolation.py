@@ -71,7 +71,7 @@ from tests.cluster.deploy import (
     view,
 )
 from tests.cluster.images import node_with_images
-from tests.cluster.node import Node, wait_for
+from tests.cluster.node import Node, free_port, wait_for
 from tests.support.podman import cgroup_dir
 
 JITTER_IMAGE = "localhost/cmk-cluster/jitter:bookworm"
@@ -286,10 +286,11 @@ class Bench:
         names = []
         try:
             for kind, args in NEIGHBOURS.items():
-                names.append(start_pod(self.node, neighbour_pod(f"noisy-{kind}", args,
-                                                                self.neighbour_annotations())))
+                names.append(f"noisy-{kind}")  # deleted after even if it never becomes Ready
+                start_pod(self.node, neighbour_pod(names[-1], args, self.neighbour_annotations()))
             time.sleep(3)  # the stressors up to speed
-            names.append(start_pod(self.node, measuring_pod("jitter", extra, self.measuring_annotations())))
+            names.append("jitter")
+            start_pod(self.node, measuring_pod(names[-1], extra, self.measuring_annotations()))
             return self.measure(case, names[-1], note)
         finally:
             for name in names:
@@ -494,6 +495,15 @@ def balloons(node: Node, binary: Path, reserved: str) -> Iterator[None]:
         subprocess.run(["umount", "-R", str(state)], capture_output=True, check=False)
 
 
+def reconfigure_kubelet(node: Node, **settings: Any) -> None:
+    """:meth:`Node.reconfigure_kubelet` on fresh ports: the tier's ports are ephemeral ones, and while the
+    kubelet is down a client connection (this benchmark's kubectl) may take its old port as a local one,
+    as a first run of this benchmark saw ("bind: address already in use" for healthz)."""
+    for name in ("kubelet", "kubelet-healthz"):
+        node.ports[name] = free_port()
+    node.reconfigure_kubelet(**settings, port=node.ports["kubelet"], healthzPort=node.ports["kubelet-healthz"])
+
+
 def restart_containerd(node: Node) -> None:
     containerd = node.processes["containerd"]
     containerd.stop()
@@ -534,11 +544,11 @@ def run_cases(node: Node, cases: str, seconds: int, balloons_binary: Path | None
         attempt("a", lambda: bench.case("a", {}))
 
         def static() -> Figures:
-            node.reconfigure_kubelet(cpuManagerPolicy="static", reservedSystemCPUs=infra)
+            reconfigure_kubelet(node, cpuManagerPolicy="static", reservedSystemCPUs=infra)
             try:
                 return bench.case("b", {})
             finally:
-                node.reconfigure_kubelet(cpuManagerPolicy="none", reservedSystemCPUs=None)
+                reconfigure_kubelet(node, cpuManagerPolicy="none", reservedSystemCPUs=None)
         attempt("b", static)
 
     deployment: Deployment | None = None
