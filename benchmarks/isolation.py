@@ -11,18 +11,22 @@ b. the kubelet's static CPU manager (``reservedSystemCPUs``: the CPUs cmk's plan
    Guaranteed pod getting its exclusive CPU from the kubelet;
 c. the product deployed as README says, the pod asking for ``cmk.intel.com/exclusive-cores: 1``, the
    neighbours confined to infra by the node-wide hook;
-d. (c) with the daemon's ``irq-steering: [exclusive]`` (the config key of ``--irq-steering``), where
-   this checkout's daemon has the flag; the daemon's own log lines on steering are printed;
+d. (c) with the daemon's ``irq-steering: [exclusive]`` (the config key of ``--irq-steering``) and the
+   host's ``/proc/irq`` mounted as ``deploy/overlays/irq-steering`` mounts it, where this checkout's
+   daemon has the flag; the daemon's own log lines on IRQs are printed;
 e. nri-plugins' balloons policy through containerd's NRI (``--balloons PATH``: the ``balloons``
    binary, built as docs/dev/benchmarks.md says): reserved ``cpuset:0``-style (the plan's infra CPUs),
    the pod annotated into a one-CPU ``isolated`` balloon, the neighbours into ``reserved``.
 
 Per case: cyclictest's max and p99 latency (from its histogram, 1 µs buckets), the involuntary context
 switches of its threads (``nonvoluntary_ctxt_switches`` in the host's ``/proc/PID/task/*/status``,
-the last reading before it exits) and the interrupts on the measured CPU (the exclusive CPU of cmk's
-plan: the sum of its ``/proc/interrupts`` column between the first and the last reading while
-cyclictest runs), each case's ratio to case (a), and where the measuring thread ran (in case (a) it
-floats). The neighbours start first and run for the whole measurement.
+the last reading before it exits) and the interrupts on the measured CPU (read once a second: the
+growth of ``/proc/interrupts``' column of the CPU the measuring thread was on at that second's end,
+scaled to the run's length), the steal time of that CPU (/proc/stat: what the hypervisor took from this
+VM), each case's ratio to case (a), and where the measuring thread ran (in
+case (a) it may float). The neighbours start first and run for the whole measurement. In case (d)
+the note says how many IRQ masks still include the measured CPU half-way through, and the benchmark
+writes back any mask the daemon did not give back before it was removed.
 
 What the measuring container is given: ``CAP_SYS_NICE`` (SCHED_FIFO) and ``CAP_IPC_LOCK`` (``-m``:
 mlockall), not ``privileged``; and, since this kernel has RT group scheduling (``cpu.rt_runtime_us``)
@@ -102,6 +106,7 @@ class Figures:
     samples: int
     nonvoluntary: int  # cyclictest's threads
     irqs: int  # on the measured CPU while cyclictest ran
+    steal_ms: int  # time the hypervisor ran something else on that CPU (/proc/stat's steal)
     seconds: float  # between the two /proc/interrupts readings
     ran_on: Counter[int]  # the measuring thread's CPU, sampled once a second
     note: str = ""
@@ -209,6 +214,16 @@ def cpu_interrupts(text: str | None = None) -> list[int]:
     return totals
 
 
+def cpu_steal(text: str | None = None) -> dict[int, int]:
+    """Each CPU's steal time in clock ticks (``/proc/stat``'s eighth column): what a VM's CPU lost to its host."""
+    steal = {}
+    for line in (text if text is not None else Path("/proc/stat").read_text()).splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and len(fields) >= 8:
+            steal[int(name[3:])] = int(fields[7])
+    return steal
+
+
 def grant_rt_runtime(pid: int) -> None:
     """RT time on each level of ``pid``'s ``cpu`` cgroup path, parents first (a child may not hold more)."""
     leaf = cgroup_dir(pid, "cpu")
@@ -313,8 +328,8 @@ class Bench:
         with open(output, "w") as out:
             run = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, text=True)
         pid = find_process("cyclictest", cgroup_dir(container.pid, "cpu"))
-        before, started = cpu_interrupts(), time.monotonic()
-        ended, nonvoluntary, irqs = started, 0, 0
+        before, stolen_before, started = cpu_interrupts(), cpu_steal(), time.monotonic()
+        ended, nonvoluntary, irqs, stolen = started, 0, 0, 0
         ran_on: Counter[int] = Counter()
         probed = ""
         while run.poll() is None:
@@ -323,19 +338,21 @@ class Bench:
             time.sleep(1)
             with contextlib.suppress(OSError):
                 nonvoluntary, cpus = task_readings(pid)
-                now, ended = cpu_interrupts(), time.monotonic()
+                now, stolen_now, ended = cpu_interrupts(), cpu_steal(), time.monotonic()
                 # the measuring thread is the last one (the main thread only waits); each second's
                 # interrupts are counted on the CPU it was on at the second's end
                 cpu = cpus[max(cpus)] if len(cpus) > 1 else self.cpu
                 ran_on[cpu] += 1
                 irqs += now[cpu] - before[cpu]
-                before = now
+                stolen += stolen_now[cpu] - stolen_before[cpu]
+                before, stolen_before = now, stolen_now
         _, err = run.communicate()
         if run.returncode != 0:
             raise RuntimeError(f"cyclictest in {pod}: status {run.returncode}\n{err[-2000:]}")
         maximum, p99, samples = parse_cyclictest(output.read_text())
         allowed = format_cpu_list(parse_cpu_list(container.cpus_allowed))
-        return Figures(case, maximum, p99, samples, nonvoluntary, irqs, ended - started, ran_on,
+        steal_ms = stolen * 1000 // os.sysconf("SC_CLK_TCK")
+        return Figures(case, maximum, p99, samples, nonvoluntary, irqs, steal_ms, ended - started, ran_on,
                        "; ".join(filter(None, [note or f"pod's CPUs {allowed}", probed])))
 
 
@@ -605,7 +622,7 @@ def report(results: list[Figures | Skipped], cpu_label: str, seconds: int) -> No
     print(f"\ncyclictest {seconds} s, 1 ms interval, SCHED_FIFO 80; neighbours: stress-ng "
           + ", ".join(" ".join(a) for a in NEIGHBOURS.values()) + f"; measured CPU {cpu_label}")
     print(f"{'case':<40} {'max us':>7} {'p99 us':>7} {'invol cs':>9} {'IRQs':>8}  "
-          f"{'max/a':>6} {'p99/a':>6} {'cs/a':>6} {'IRQ/a':>6}  where the thread ran; note")
+          f"{'max/a':>6} {'p99/a':>6} {'cs/a':>6} {'IRQ/a':>6} {'steal ms':>8}  where the thread ran; note")
     for r in results:
         if isinstance(r, Skipped):
             print(f"{CASES[r.case]:<40} {'-':>7} {'-':>7} {'-':>9} {'-':>8}  not run: {r.why}")
@@ -618,7 +635,7 @@ def report(results: list[Figures | Skipped], cpu_label: str, seconds: int) -> No
               f"{ratio(r.max_us, base.max_us if base else None):>6} "
               f"{ratio(r.p99_us, base.p99_us if base else None):>6} "
               f"{ratio(r.nonvoluntary, base.nonvoluntary if base else None):>6} "
-              f"{ratio(irqs, base_irqs):>6}  {ran}; {r.note}; {r.samples} samples")
+              f"{ratio(irqs, base_irqs):>6} {r.steal_ms:>8}  {ran}; {r.note}; {r.samples} samples")
 
 
 def main() -> int:
