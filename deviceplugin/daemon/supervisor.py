@@ -36,7 +36,8 @@ from deviceplugin.events import (
 from deviceplugin.host.nodelock import NodeLock
 from deviceplugin.host.sysfs import discover, online_cpus
 from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
-from deviceplugin.model.devices import DeviceTree, health_changes, legacy_core_cpus
+from deviceplugin.model.devices import DeviceTree, health_changes
+from deviceplugin.model.irqsteer import held_cpus, housekeeping
 from deviceplugin.model.node import NodePlan, plan_node
 from deviceplugin.model.plan import RESOURCE_NAMES
 from deviceplugin.model.withheld import Withheld
@@ -265,21 +266,12 @@ class Daemon:
     def _steered_held(self) -> frozenset[int] | None:
         """The CPUs containers hold in the IRQ-steered pools, by the last read of pod resources (None: unread)."""
         held = self._held.held
-        if held is None:
-            return None
-        cpus: set[int] = set()
-        for pool in self.settings.irq_steering:
-            resource = RESOURCE_NAMES[pool]
-            devices = self.tree[resource].devices if resource in self.tree else {}
-            for device_id in held.get(resource, ()):
-                device = devices.get(device_id)
-                cpus |= device.cpus if device is not None else legacy_core_cpus(device_id) or frozenset()
-        return frozenset(cpus)
+        resources = [RESOURCE_NAMES[pool] for pool in self.settings.irq_steering]
+        return None if held is None else held_cpus(self.tree, held, resources)
 
     def _housekeeping(self) -> frozenset[int]:
-        """The online CPUs outside the IRQ-steered pools: where an IRQ pointed only at held CPUs goes."""
         steered = frozenset().union(*(self.plan.cpus(pool) for pool in self.settings.irq_steering))
-        return (self._online - steered) or self._online
+        return housekeeping(self._online, steered)
 
     def _on_allocated(self, event: Event) -> None:
         """Listener (a server thread): CPUs of a steered pool just given out are cleared at once."""
