@@ -33,6 +33,7 @@ from deviceplugin.events import (
     ServingAgain,
     ServingStopped,
 )
+from deviceplugin.host.irqs import record_exists as irq_record_exists
 from deviceplugin.host.nodelock import NodeLock
 from deviceplugin.host.sysfs import discover, online_cpus
 from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
@@ -75,7 +76,7 @@ class Daemon:
         self._cpu_manager = CpuManager(settings.pod_resources_socket, recheck=settings.held_recheck,
                                        events=self.events)
         self._irqs: IrqSteering | None = None
-        if settings.irq_steering:
+        if settings.irq_steering or irq_record_exists(settings.kubelet_dir):  # steering off: the masks go back
             self._irqs = IrqSteering(irq_dir=settings.irq_dir, record_dir=settings.kubelet_dir,
                                      irqbalance_dir=settings.irqbalance_dir, recheck=settings.held_recheck,
                                      events=self.events)

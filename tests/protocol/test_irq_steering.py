@@ -49,18 +49,18 @@ def irq_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def run_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path,
-               irq_dir: Path) -> Iterator[Callable[[], tuple[Daemon, list]]]:
+               irq_dir: Path) -> Iterator[Callable[..., tuple[Daemon, list]]]:
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
     running: list[Daemon] = []
 
-    def run() -> tuple[Daemon, list]:
+    def run(steering: frozenset[Pool] = frozenset({Pool.EXCLUSIVE})) -> tuple[Daemon, list]:
         seen: list = []
         events = Events()
         events.listen(seen.append)
         daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
                                        install_dir="/opt/cmk-test", plan=PlanOptions(num_shared_cores=1),
                                        pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1,
-                                       irq_steering=frozenset({Pool.EXCLUSIVE}), irq_dir=irq_dir,
+                                       irq_steering=steering, irq_dir=irq_dir,
                                        irqbalance_dir=tmp_path / "irqbalance"),
                         events=events)
         daemon.start()
@@ -115,6 +115,17 @@ def test_a_restarted_daemon_keeps_the_masks_narrowed_while_held_and_gives_back_t
     kubelet.delete_pod("rt")
     kubelet.wait_for(lambda: given_back(irq_dir, plugin_dir), timeout=10,
                      what="the masks the first daemon found, given back by the second")
+
+
+def test_a_daemon_started_with_steering_off_gives_back_every_recorded_mask_even_while_cores_are_held(
+        kubelet, run_daemon, irq_dir, plugin_dir):
+    first, _ = run_daemon()
+    wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
+    held = hold_a_core(kubelet)
+    kubelet.wait_for(lambda: steered_off(irq_dir, held), timeout=10, what="IRQs off the held core")
+    first.stop()
+    run_daemon(frozenset())  # the operator turned steering off (the way to uninstall it)
+    kubelet.wait_for(lambda: given_back(irq_dir, plugin_dir), timeout=10, what="every mask given back")
 
 
 @pytest.fixture
