@@ -102,13 +102,20 @@ def test_a_held_core_gets_no_device_irq_and_every_mask_comes_back_when_it_is_fre
     kubelet.wait_for(lambda: given_back(irq_dir, plugin_dir), timeout=10, what="every mask given back")
 
 
-def test_a_restarted_daemon_keeps_the_masks_narrowed_while_held_and_gives_back_the_originals(
-        kubelet, run_daemon, irq_dir, plugin_dir):
+def stopped_while_steering(kubelet: Kubelet, run_daemon: Callable[..., tuple[Daemon, list]],
+                           irq_dir: Path) -> frozenset[int]:
+    """A daemon that steered IRQs off a core a pod still holds, stopped; the core's CPUs."""
     first, _ = run_daemon()
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     held = hold_a_core(kubelet)
     kubelet.wait_for(lambda: steered_off(irq_dir, held), timeout=10, what="IRQs off the held core")
     first.stop()
+    return held
+
+
+def test_a_restarted_daemon_keeps_the_masks_narrowed_while_held_and_gives_back_the_originals(
+        kubelet, run_daemon, irq_dir, plugin_dir):
+    held = stopped_while_steering(kubelet, run_daemon, irq_dir)
     run_daemon()
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA}, count=2)
     assert steered_off(irq_dir, held)  # the pod still holds the core: nothing given back yet
@@ -119,11 +126,7 @@ def test_a_restarted_daemon_keeps_the_masks_narrowed_while_held_and_gives_back_t
 
 def test_a_daemon_started_with_steering_off_gives_back_every_recorded_mask_even_while_cores_are_held(
         kubelet, run_daemon, irq_dir, plugin_dir):
-    first, _ = run_daemon()
-    wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
-    held = hold_a_core(kubelet)
-    kubelet.wait_for(lambda: steered_off(irq_dir, held), timeout=10, what="IRQs off the held core")
-    first.stop()
+    stopped_while_steering(kubelet, run_daemon, irq_dir)
     run_daemon(frozenset())  # the operator turned steering off (the way to uninstall it)
     kubelet.wait_for(lambda: given_back(irq_dir, plugin_dir), timeout=10, what="every mask given back")
 
