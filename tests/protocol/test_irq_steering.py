@@ -20,6 +20,7 @@ from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.events import Events, IrqUnmovable
 from deviceplugin.host.irqs import RECORD_NAME
 from deviceplugin.model.plan import PlanOptions, Pool
+from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
@@ -145,12 +146,19 @@ def read_only_irq(irq_dir: Path) -> Iterator[Path]:
 
 def test_an_irq_the_kernel_refuses_is_reported_once_left_alone_and_the_rest_steered(kubelet, run_daemon, irq_dir,
                                                                                    read_only_irq, plugin_dir):
-    _, seen = run_daemon()
+    daemon, seen = run_daemon()
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     held = hold_a_core(kubelet)
     kubelet.wait_for(lambda: not masks(irq_dir)["24"] & held, timeout=10, what="IRQ 24 off the held core")
     second = hold_a_core(kubelet, "rt2")  # a new round: the refused IRQ is not tried again
     kubelet.wait_for(lambda: not masks(irq_dir)["24"] & second, timeout=10, what="IRQ 24 off both cores")
+    metrics = Metrics(PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
+                                    registered=daemon.registered_resources, pod_resources=None), daemon.tree)
+    for event in seen:
+        metrics.on_event(event)
+    exposed = metrics.render().decode()
+    narrowed = len(json.loads((plugin_dir / RECORD_NAME).read_text()))
+    assert "cmk_irqs_unmovable_total 1.0" in exposed and f"cmk_irq_masks_narrowed {narrowed:.1f}" in exposed
     refusals = [e for e in seen if isinstance(e, IrqUnmovable)]
     assert [e.irq for e in refusals] == ["27"] and "27" not in json.loads((plugin_dir / RECORD_NAME).read_text())
     assert masks(irq_dir)["27"] == ALL
