@@ -57,7 +57,8 @@ class Daemon:
         self.events = events or Events()
         self.node = node
         self.topology, self.plan, self.tree = node.topology, node.plan, node.tree
-        check_tree(self.tree, settings.kubelet_dir)
+        #: the first tree's ListAndWatch messages, as the check sized them: its servers send these
+        self._checked = (self.tree, check_tree(self.tree, settings.kubelet_dir))
         self.kubelet_socket = settings.kubelet_dir / KUBELET_SOCKET_NAME
         self._kubelet_seen = self.kubelet_socket.exists()  # a kubelet.sock created after this one: a restart
         self._wakes = Wakes()
@@ -199,7 +200,9 @@ class Daemon:
 
     def _serve(self) -> None:
         self._learn_held()  # before any device is advertised: a held core must not look free
-        self._pools.serve(self.tree, refused=self._cpu_manager.refusals(self.tree))
+        tree, wires = self._checked
+        self._pools.serve(self.tree, refused=self._cpu_manager.refusals(self.tree),
+                          wires=wires if tree is self.tree else {})
 
     def _kubelet_gone(self, batch: set[Item]) -> str:
         """Why the pools may be tied to a kubelet that is gone (a socket of ours removed, a new kubelet.sock), or ""."""
@@ -263,4 +266,5 @@ class Daemon:
                 self.events.emit(HealthChanged(str(devices.pool), resource, device_id, cpus, healthy))
             self._pools.update(resource, devices)
         self.tree = new
+        self._checked = (new, {})  # the first tree's messages are of no use now: its servers made their own
         self._online = online
