@@ -93,6 +93,7 @@ class Daemon:
             self.events.emit(PlanNote(note))
         if settings.cdi_dir is not None:  # before serving: an Allocate answer may name its devices at once
             nodefiles.write_cdi_spec(settings.cdi_dir, settings.install_dir, self.plan, self.tree,
+                                     core_ids=self.node.core_ids,
                                      unthrottle_exclusive=settings.unthrottle_exclusive, events=self.events)
         if settings.infra_record_dir is not None:
             nodefiles.write_infra_record(settings.infra_record_dir, self.plan, self.events)
