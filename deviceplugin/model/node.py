@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from deviceplugin.model.devices import DeviceTree, core_device_ids, device_tree
+from deviceplugin.model import devices
+from deviceplugin.model.devices import DeviceTree, device_tree
 from deviceplugin.model.plan import PlanOptions, PoolPlan, plan_pools
 from deviceplugin.model.topology import Core, Topology
 
@@ -35,5 +36,6 @@ class NodePlan:
 def plan_node(topology: Topology, options: PlanOptions) -> NodePlan:
     """Plan ``topology``; raises :class:`~deviceplugin.model.plan.PlanError` when ``options`` do not fit it."""
     plan = plan_pools(topology, options)
-    names = core_device_ids(plan.all_cores)
+    # Through the module, as device_tree looked it up before: tests of an upgrade swap the naming there.
+    names = devices.core_device_ids(plan.all_cores)
     return NodePlan(topology, plan, device_tree(plan, topology.online, names=names), names)
