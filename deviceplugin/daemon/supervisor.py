@@ -63,7 +63,8 @@ class Daemon:
         self.events = events or Events()
         self.node = node
         self.topology, self.plan, self.tree = node.topology, node.plan, node.tree
-        check_tree(self.tree, settings.kubelet_dir)
+        #: the first tree's ListAndWatch messages, as the check sized them: its servers send these
+        self._checked = (self.tree, check_tree(self.tree, settings.kubelet_dir))
         self.kubelet_socket = settings.kubelet_dir / KUBELET_SOCKET_NAME
         self._kubelet_seen = self.kubelet_socket.exists()  # a kubelet.sock created after this one: a restart
         self._wakes = Wakes()
@@ -104,6 +105,7 @@ class Daemon:
             self.events.emit(PlanNote(note))
         if settings.cdi_dir is not None:  # before serving: an Allocate answer may name its devices at once
             nodefiles.write_cdi_spec(settings.cdi_dir, settings.install_dir, self.plan, self.tree,
+                                     core_ids=self.node.core_ids,
                                      unthrottle_exclusive=settings.unthrottle_exclusive, events=self.events)
         if settings.infra_record_dir is not None:
             nodefiles.write_infra_record(settings.infra_record_dir, self.plan, self.events)
@@ -214,7 +216,9 @@ class Daemon:
 
     def _serve(self) -> None:
         self._learn_held()  # before any device is advertised: a held core must not look free
-        self._pools.serve(self.tree, refused=self._cpu_manager.refusals(self.tree))
+        tree, wires = self._checked
+        self._pools.serve(self.tree, refused=self._cpu_manager.refusals(self.tree),
+                          wires=wires if tree is self.tree else {})
 
     def _kubelet_gone(self, batch: set[Item]) -> str:
         """Why the pools may be tied to a kubelet that is gone (a socket of ours removed, a new kubelet.sock), or ""."""
@@ -300,4 +304,5 @@ class Daemon:
                 self.events.emit(HealthChanged(str(devices.pool), resource, device_id, cpus, healthy))
             self._pools.update(resource, devices)
         self.tree = new
+        self._checked = (new, {})  # the first tree's messages are of no use now: its servers made their own
         self._online = online
