@@ -10,7 +10,8 @@ on a real HTTP port, its modules compiled ahead as the image has them, and
 measures:
 
 - start: process spawn to every pool registered and allocatable, beside as
-  many bare grpc servers spawned until their sockets exist;
+  many bare grpc servers spawned until their sockets exist (the floor, in
+  the same row);
 - the size of one ListAndWatch message per pool;
 - Allocate and GetPreferredAllocation (4 and 32 cores) p50/p99, beside
   GetDevicePluginOptions (a handler returning a constant: the RPC floor);
@@ -18,11 +19,13 @@ measures:
 - a ``/metrics`` scrape (default series), beside a request for a path the
   endpoint does not serve (the HTTP floor), and the cgroup walk alone, which
   a scrape with nothing changed does not repeat;
-- RSS and CPU over an idle window, beside the bare grpc servers;
+- RSS and CPU over an idle window, beside the bare grpc servers (and RSS
+  over theirs);
 - ``cmk describe`` on the machine, beside ``cmk describe --help``.
 
 It prints one table, a column per machine, the growth from the smallest to
-the largest and the issue's targets (``ok``/``MISSED``). Trees go to
+the largest and the issue's targets (``ok``/``MISSED``): the start under 1 s
+at 8,192 CPUs, RSS at most the floor's + 25 MB at 1,024 and 90 MB at 8,192. Trees go to
 ``/dev/shm`` (tmpfs, as sysfs is memory) when it is there.
 """
 
@@ -75,6 +78,11 @@ SHAPES = {1024: (4, 2, 64, 2), 4096: (8, 4, 64, 2), 8192: (8, 4, 128, 2)}
 PODS = 1100  # 3,300 containers: ten times a node at maxPods 110
 DEVICE_IRQ_LINES = 200
 STARTS = 3
+#: The issue's targets: seconds to start at 8,192 CPUs; MB of RSS over the floor at 1,024, and in all at 8,192.
+START_TARGET_S = 1.0
+RSS_OVER_FLOOR_MB = 25.0
+RSS_TARGET_MB = 90.0
+CELL = 24  # characters per machine's column
 RESTARTS = 3
 SCRAPES = 10
 IDLE_SECONDS = 5.0
@@ -105,10 +113,10 @@ class Table:
 
     def print(self, machines: list[int]) -> None:
         width = max(len(row.what) for row in self.rows.values())
-        head = "".join(f"{f'{cpus:,} CPUs':>17}" for cpus in machines)
+        head = "".join(f"{f'{cpus:,} CPUs':>{CELL}}" for cpus in machines)
         print(f"\n{'measure':<{width}}{head}  {'growth':>8}  target")
         for row in self.rows.values():
-            cells = "".join(f"{row.shown.get(cpus, '-'):>17}" for cpus in machines)
+            cells = "".join(f"{row.shown.get(cpus, '-'):>{CELL}}" for cpus in machines)
             first, last = row.values.get(machines[0]), row.values.get(machines[-1])
             growth = f"{last / first:.2f}x" if first and last is not None else "-"
             verdict = row.target(row.values)
@@ -177,9 +185,11 @@ def measure(table: Table, cpus: int, work: Path, cgroups: Path, calls: int) -> N
     kubelet.start()
     try:
         # Start: the floor is as many bare grpc servers, spawned until their sockets exist.
+        # Each start right after a floor's, so a machine busy with other work weighs on both alike.
         bare = [work / f"bare{cpus}-{i}.sock" for i in range(len(served))]
         floors, starts = [], []
-        for _ in range(STARTS):
+        port = free_port()
+        for attempt in range(STARTS):
             for path in bare:
                 path.unlink(missing_ok=True)
             process, took = spawn_until([sys.executable, "-c", BARE_SERVERS, *map(str, bare)],
@@ -187,8 +197,6 @@ def measure(table: Table, cpus: int, work: Path, cgroups: Path, calls: int) -> N
             floors.append(took)
             process.terminate()
             process.wait(timeout=10)
-        port = free_port()
-        for attempt in range(STARTS):
             count = attempt + 1
             start = time.perf_counter()
             daemon = start_daemon(kubelet.plugin_dir, *roots, "--metrics-address", f"127.0.0.1:{port}",
@@ -203,9 +211,10 @@ def measure(table: Table, cpus: int, work: Path, cgroups: Path, calls: int) -> N
         floor = statistics.median(floors)
         table.add("floor: bare grpc servers spawned -> sockets", cpus, floor, f"{floor * 1000:.0f} ms")
         started = statistics.median(starts)
-        table.add(f"start -> all pools registered (median of {STARTS})", cpus, started,
-                  f"{started * 1000:.0f} ms ({started / floor:.1f}x)",
-                  target=lambda v: ("8,192 CPUs < 1 s", v[8192] < 1) if 8192 in v else None)
+        table.add(f"start -> all pools registered (median of {STARTS}) / floor", cpus, started,
+                  f"{started * 1000:.0f} / {floor * 1000:.0f} ms ({started / floor:.1f}x)",
+                  target=lambda v: (f"8,192 CPUs < {START_TARGET_S:g} s", v[8192] < START_TARGET_S)
+                  if 8192 in v else None)
 
         # ListAndWatch: one full snapshot per pool, as the kubelet receives it.
         for resource in sorted(served):
@@ -279,8 +288,12 @@ def measure(table: Table, cpus: int, work: Path, cgroups: Path, calls: int) -> N
         rss = {name: p.memory_info().rss / 1e6 for name, p in watched.items()}
         table.add(f"floor: RSS of {len(served)} bare grpc servers", cpus, rss["bare"], f"{rss['bare']:.1f} MB", "MB")
         table.add("RSS, daemon", cpus, rss["daemon"], f"{rss['daemon']:.1f} MB", "MB",
-                  target=lambda v: ("<= 45 MB at 1,024, <= 90 MB at 8,192",
-                                    v.get(1024, 0) <= 45 and v.get(8192, 0) <= 90))
+                  target=lambda v: (f"<= {RSS_TARGET_MB:g} MB at 8,192", v[8192] <= RSS_TARGET_MB)
+                  if 8192 in v else None)
+        over = rss["daemon"] - rss["bare"]
+        table.add("RSS, daemon over the floor", cpus, over, f"+{over:.1f} MB", "MB",
+                  target=lambda v: (f"<= floor + {RSS_OVER_FLOOR_MB:g} MB at 1,024", v[1024] <= RSS_OVER_FLOOR_MB)
+                  if 1024 in v else None)
         table.add(f"floor: CPU of bare servers in {IDLE_SECONDS:.0f} s idle", cpus, used["bare"] * 1000,
                   f"{used['bare'] * 1000:.0f} ms")
         table.add(f"CPU of the daemon in {IDLE_SECONDS:.0f} s idle", cpus, used["daemon"] * 1000,

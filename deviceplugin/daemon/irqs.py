@@ -35,6 +35,7 @@ class IrqSteering:
         self._held: frozenset[int] = frozenset()
         #: The CPUs a running irqbalance was last told to keep clear (None: no irqbalance listened).
         self._banned: frozenset[int] | None = None
+        self._banned_via: Path | None = None
         self._due = 0.0
 
     @property
@@ -89,10 +90,12 @@ class IrqSteering:
             self._events.emit(IrqsSteered(format_cpu_list(away), moved, len(self._record or {})))
 
     def _tell_irqbalance(self, away: frozenset[int]) -> bool:
-        """Ban ``away`` in a running irqbalance when it changed; True while one listens."""
-        if away == self._banned:
+        """Ban ``away`` in a running irqbalance when it changed or irqbalance restarted (a new socket, a new
+        list of its own); True while one listens."""
+        if away == self._banned and self._banned_via is not None and self._banned_via.exists():
             return True
         taker = irqs.ban_cpus(self._irqbalance_dir, away)
+        self._banned_via = taker
         if taker is None:
             self._banned = None
             return False

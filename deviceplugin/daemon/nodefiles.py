@@ -7,6 +7,7 @@ never rewrites them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from deviceplugin.events import (
@@ -19,17 +20,19 @@ from deviceplugin.host import cdi
 from deviceplugin.model import cdispec
 from deviceplugin.model.devices import DeviceTree, core_device_ids
 from deviceplugin.model.plan import Pool, PoolPlan
+from deviceplugin.model.topology import Core
 from pinner.cpulist import format_cpu_list
 
 
 def write_cdi_spec(cdi_dir: Path, install_dir: str, plan: PoolPlan, tree: DeviceTree, *,
-                   unthrottle_exclusive: bool, events: Events) -> None:
+                   unthrottle_exclusive: bool, events: Events, core_ids: Mapping[Core, str] | None = None) -> None:
     """A device per core of the node and per slot pool, and every device the spec on disk had (its CPUs only).
 
     Served or not: a checkpointed answer may name a core or pool this plan
-    moved or dropped.
+    moved or dropped. ``core_ids``: the plan's cores' device IDs, where named already.
     """
-    cores = {name: core.cpus for core, name in core_device_ids(plan.all_cores).items()}
+    names = core_device_ids(plan.all_cores) if core_ids is None else core_ids
+    cores = {name: core.cpus for core, name in names.items()}
     exclusive = cdispec.exclusive_devices(tree) if unthrottle_exclusive else frozenset()
     devices = cdispec.spec_devices(tree, cores)
     on_disk = cdi.read_spec(cdi_dir)

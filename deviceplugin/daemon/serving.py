@@ -7,7 +7,7 @@ asks what the kubelet holds; the gRPC servers and registration stay here.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from deviceplugin.daemon.settings import socket_name
@@ -30,15 +30,20 @@ class PoolServers:
         self._lost: list[tuple[PoolServer, int]] = []
         self._lost_lock = threading.Lock()
 
-    def serve(self, tree: DeviceTree, *, refused: frozenset[str] = frozenset()) -> None:
-        """Serve and register every pool of ``tree`` but the ``refused`` ones."""
+    def serve(self, tree: DeviceTree, *, refused: frozenset[str] = frozenset(),
+              wires: Mapping[str, bytes] | None = None) -> None:
+        """Serve and register every pool of ``tree`` but the ``refused`` ones.
+
+        ``wires``: ``tree``'s ListAndWatch messages, serialized, where made already (the start's check).
+        """
         registrations = []
         for resource, devices in tree.items():
             if resource in refused:
                 continue
             server = PoolServer(devices, socket_path=self._kubelet_dir / socket_name(resource),
                                 install_dir=self._install_dir, prefer=self._prefer, cdi=self._cdi,
-                                events=self._events, on_stream_lost=self._stream_lost, config_ok=self._config_ok)
+                                events=self._events, on_stream_lost=self._stream_lost, config_ok=self._config_ok,
+                                wire=(wires or {}).get(resource))
             server.start()
             self.servers[resource] = server
             registrations.append(Registration(resource, server.socket_path.name, options_message(devices)))

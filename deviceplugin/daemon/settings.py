@@ -11,7 +11,11 @@ from deviceplugin.host.install import DEFAULT_INSTALL_DIR
 from deviceplugin.host.irqs import DEFAULT_IRQ_DIR, DEFAULT_IRQBALANCE_DIR
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.plan import PlanOptions, Pool
-from deviceplugin.protocol.server import list_message_problem, socket_path_problem
+from deviceplugin.protocol.server import (
+    list_message_problem,
+    list_message_wire,
+    socket_path_problem,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,11 +50,18 @@ def socket_name(resource: str) -> str:
     return f"cmk-{resource.rpartition('/')[2]}.sock"
 
 
-def check_tree(tree: DeviceTree, kubelet_dir: Path) -> None:
-    """Every name, ID, socket path and ListAndWatch message fits the protocol, before anything is served."""
+def check_tree(tree: DeviceTree, kubelet_dir: Path) -> dict[str, bytes]:
+    """Every name, ID, socket path and ListAndWatch message fits the protocol, before anything is served.
+
+    Returns each pool's ListAndWatch message as sized (:func:`~deviceplugin.protocol.server.list_message_wire`),
+    for its server to send rather than build again.
+    """
+    wires = {}
     for resource, devices in tree.items():
+        wires[resource] = wire = list_message_wire(devices)
         problems = [validate_resource_name(resource)] + [validate_device_id(i) for i in devices.devices]
-        problems += [socket_path_problem(kubelet_dir / socket_name(resource)), list_message_problem(devices)]
+        problems += [socket_path_problem(kubelet_dir / socket_name(resource)), list_message_problem(devices, wire)]
         problem = next((p for p in problems if p), None)
         if problem:
             raise CmkError(problem)
+    return wires

@@ -33,10 +33,12 @@ from deviceplugin.events import (
     ServingAgain,
     ServingStopped,
 )
+from deviceplugin.host.irqs import record_exists as irq_record_exists
 from deviceplugin.host.nodelock import NodeLock
 from deviceplugin.host.sysfs import discover, online_cpus
 from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
-from deviceplugin.model.devices import DeviceTree, health_changes, legacy_core_cpus
+from deviceplugin.model.devices import DeviceTree, health_changes
+from deviceplugin.model.irqsteer import held_cpus, housekeeping
 from deviceplugin.model.node import NodePlan, plan_node
 from deviceplugin.model.plan import RESOURCE_NAMES
 from deviceplugin.model.withheld import Withheld
@@ -61,7 +63,8 @@ class Daemon:
         self.events = events or Events()
         self.node = node
         self.topology, self.plan, self.tree = node.topology, node.plan, node.tree
-        check_tree(self.tree, settings.kubelet_dir)
+        #: the first tree's ListAndWatch messages, as the check sized them: its servers send these
+        self._checked = (self.tree, check_tree(self.tree, settings.kubelet_dir))
         self.kubelet_socket = settings.kubelet_dir / KUBELET_SOCKET_NAME
         self._kubelet_seen = self.kubelet_socket.exists()  # a kubelet.sock created after this one: a restart
         self._wakes = Wakes()
@@ -74,7 +77,7 @@ class Daemon:
         self._cpu_manager = CpuManager(settings.pod_resources_socket, recheck=settings.held_recheck,
                                        events=self.events)
         self._irqs: IrqSteering | None = None
-        if settings.irq_steering:
+        if settings.irq_steering or irq_record_exists(settings.kubelet_dir):  # steering off: the masks go back
             self._irqs = IrqSteering(irq_dir=settings.irq_dir, record_dir=settings.kubelet_dir,
                                      irqbalance_dir=settings.irqbalance_dir, recheck=settings.held_recheck,
                                      events=self.events)
@@ -102,6 +105,7 @@ class Daemon:
             self.events.emit(PlanNote(note))
         if settings.cdi_dir is not None:  # before serving: an Allocate answer may name its devices at once
             nodefiles.write_cdi_spec(settings.cdi_dir, settings.install_dir, self.plan, self.tree,
+                                     core_ids=self.node.core_ids,
                                      unthrottle_exclusive=settings.unthrottle_exclusive, events=self.events)
         if settings.infra_record_dir is not None:
             nodefiles.write_infra_record(settings.infra_record_dir, self.plan, self.events)
@@ -212,7 +216,9 @@ class Daemon:
 
     def _serve(self) -> None:
         self._learn_held()  # before any device is advertised: a held core must not look free
-        self._pools.serve(self.tree, refused=self._cpu_manager.refusals(self.tree))
+        tree, wires = self._checked
+        self._pools.serve(self.tree, refused=self._cpu_manager.refusals(self.tree),
+                          wires=wires if tree is self.tree else {})
 
     def _kubelet_gone(self, batch: set[Item]) -> str:
         """Why the pools may be tied to a kubelet that is gone (a socket of ours removed, a new kubelet.sock), or ""."""
@@ -265,21 +271,12 @@ class Daemon:
     def _steered_held(self) -> frozenset[int] | None:
         """The CPUs containers hold in the IRQ-steered pools, by the last read of pod resources (None: unread)."""
         held = self._held.held
-        if held is None:
-            return None
-        cpus: set[int] = set()
-        for pool in self.settings.irq_steering:
-            resource = RESOURCE_NAMES[pool]
-            devices = self.tree[resource].devices if resource in self.tree else {}
-            for device_id in held.get(resource, ()):
-                device = devices.get(device_id)
-                cpus |= device.cpus if device is not None else legacy_core_cpus(device_id) or frozenset()
-        return frozenset(cpus)
+        resources = [RESOURCE_NAMES[pool] for pool in self.settings.irq_steering]
+        return None if held is None else held_cpus(self.tree, held, resources)
 
     def _housekeeping(self) -> frozenset[int]:
-        """The online CPUs outside the IRQ-steered pools: where an IRQ pointed only at held CPUs goes."""
         steered = frozenset().union(*(self.plan.cpus(pool) for pool in self.settings.irq_steering))
-        return (self._online - steered) or self._online
+        return housekeeping(self._online, steered)
 
     def _on_allocated(self, event: Event) -> None:
         """Listener (a server thread): CPUs of a steered pool just given out are cleared at once."""
@@ -307,4 +304,5 @@ class Daemon:
                 self.events.emit(HealthChanged(str(devices.pool), resource, device_id, cpus, healthy))
             self._pools.update(resource, devices)
         self.tree = new
+        self._checked = (new, {})  # the first tree's messages are of no use now: its servers made their own
         self._online = online

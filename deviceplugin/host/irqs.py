@@ -68,6 +68,11 @@ def write_mask(irq_dir: Path, irq: str, cpus: frozenset[int]) -> None:
         (irq_dir / irq / "smp_affinity_list").write_text(format_cpu_list(cpus))
 
 
+def record_exists(directory: Path) -> bool:
+    """Masks a daemon narrowed are still recorded: one started with steering off gives them back."""
+    return (directory / RECORD_NAME).exists()
+
+
 def read_record(directory: Path) -> dict[str, Narrowed]:
     """The masks a daemon narrowed and has not given back; empty when there is no record."""
     path = directory / RECORD_NAME

@@ -185,13 +185,20 @@ def softirq_kinds(text: str) -> dict[int, dict[str, int]]:
 
 def places(topology: Topology, plan: PoolPlan) -> dict[int, Place]:
     """Every CPU the topology knows, with its pool from the plan, its NUMA node and whether it is isolated."""
-    pool_of = {cpu: str(pool) for pool, cores in plan.pools.items() for core in cores for cpu in core.cpus}
-    shared: dict[Place, Place] = {}  # one object per distinct place, not one per CPU (8,192 of them)
+    pool_of = {cpu: name for pool, cores in plan.pools.items() for name in (str(pool),)
+               for core in cores for cpu in core.cpus}
+    isolated = topology.isolated
+    # One Place per distinct place, not one per CPU (8,192 of them), found by a plain tuple: making a
+    # Place per CPU to look it up was most of this on 8,192 CPUs.
+    shared: dict[tuple[str, int | None, bool], Place] = {}
     found = {}
     for cpu in topology.cpus:  # the node alone: a core's later threads' records need not be read
-        node = topology.node_of(cpu)
-        place = Place(pool_of.get(cpu, NO_POOL), "unknown" if node is None else str(node), cpu in topology.isolated)
-        found[cpu] = shared.setdefault(place, place)
+        key = (pool_of.get(cpu, NO_POOL), topology.node_of(cpu), cpu in isolated)
+        place = shared.get(key)
+        if place is None:
+            pool, node, alone = key
+            place = shared[key] = Place(pool, "unknown" if node is None else str(node), alone)
+        found[cpu] = place
     return found
 
 

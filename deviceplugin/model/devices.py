@@ -132,11 +132,13 @@ def pool_devices(plan: PoolPlan, pool: Pool, online: frozenset[int],
     if pool in CORE_POOLS:
         names = names if names is not None else core_device_ids(plan.all_cores)
         by_id = {names[core]: core for core in cores}
-        node_sets: dict[frozenset[int], frozenset[int]] = {}  # one {n} per node, not one per device
-        devices = {
-            device_id: Device(device_id, core.cpus, node_sets.setdefault(nodes, nodes), core.cpus <= online)
-            for device_id, core in by_id.items() for nodes in (_nodes([core]),)
-        }
+        node_sets: dict[int | None, frozenset[int]] = {}  # one {n} per node, not one per device
+        devices = {}
+        for device_id, core in by_id.items():
+            nodes = node_sets.get(core.node)
+            if nodes is None:
+                nodes = node_sets[core.node] = _nodes([core])
+            devices[device_id] = Device(device_id, core.cpus, nodes, core.cpus <= online)
     else:
         by_id = {}
         devices = {}
@@ -149,10 +151,11 @@ def pool_devices(plan: PoolPlan, pool: Pool, online: frozenset[int],
     return PoolDevices(pool, RESOURCE_NAMES[pool], MappingProxyType(devices), MappingProxyType(by_id))
 
 
-def device_tree(plan: PoolPlan, online: frozenset[int], withheld: frozenset[Core] = frozenset()) -> DeviceTree:
-    """Every served pool's snapshot, in the plan's pool order."""
+def device_tree(plan: PoolPlan, online: frozenset[int], withheld: frozenset[Core] = frozenset(), *,
+                names: Mapping[Core, str] | None = None) -> DeviceTree:
+    """Every served pool's snapshot, in the plan's pool order; ``names`` as :func:`pool_devices` takes them."""
     tree = {}
-    names = core_device_ids(plan.all_cores)
+    names = core_device_ids(plan.all_cores) if names is None else names
     for pool in Pool:
         devices = pool_devices(plan, pool, online, names, withheld)
         if devices is not None:

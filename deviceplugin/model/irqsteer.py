@@ -12,8 +12,10 @@ names held CPUs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from deviceplugin.model.devices import DeviceTree, legacy_core_cpus
 
 #: The key of ``/proc/irq/default_smp_affinity``: the mask an IRQ requested later starts with.
 DEFAULT = "default"
@@ -72,3 +74,20 @@ def steer(masks: Mapping[str, frozenset[int]], record: Mapping[str, Narrowed], a
         if want != mask:
             writes[irq] = want
     return Steering(writes, kept)
+
+
+def held_cpus(tree: DeviceTree, held: Mapping[str, Iterable[str]], resources: Iterable[str]) -> frozenset[int]:
+    """The CPUs of the devices containers hold under ``resources`` (``held``: resource -> IDs, from pod
+    resources); an ID of an older release counts by the CPUs it names."""
+    found: set[int] = set()
+    for resource in resources:
+        ids = set(held.get(resource, ()))
+        if resource in tree:
+            found |= tree[resource].cpus_of(ids)
+        found.update(cpu for i in ids for cpu in legacy_core_cpus(i) or ())
+    return frozenset(found)
+
+
+def housekeeping(online: frozenset[int], steered: frozenset[int]) -> frozenset[int]:
+    """Where an IRQ pointed only at held CPUs goes: the online CPUs outside the steered pools (all, if none)."""
+    return (online - steered) or online

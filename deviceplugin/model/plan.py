@@ -203,12 +203,16 @@ def _named_cores(topology: Topology, cpus: frozenset[int]) -> list[Core]:
     return cores
 
 
-def _sizes(options: PlanOptions, available: int, limit: str) -> tuple[int, int]:
-    """Exclusive and shared core counts: explicit sizes must fit, defaults take what is left."""
+def _sizes(options: PlanOptions, available: int, limit: Callable[[], str]) -> tuple[int, int]:
+    """Exclusive and shared core counts: explicit sizes must fit, defaults take what is left.
+
+    ``limit()`` says why no more fit, for the error alone: it names every core (4,096 formatted
+    on 8,192 CPUs, a sixth of planning), so a plan that fits never builds it.
+    """
     want_excl, want_shared = options.num_exclusive_cores, options.num_shared_cores
     asked = [f"{n} {pool}" for n, pool in ((want_excl, "exclusive"), (want_shared, "shared")) if n is not None]
     if sum(n or 0 for n in (want_excl, want_shared)) > available:
-        raise PlanError(f"asked for {' + '.join(asked)} cores, but {limit}: ask for fewer")
+        raise PlanError(f"asked for {' + '.join(asked)} cores, but {limit()}: ask for fewer")
     if want_shared is None:
         left = available - (want_excl or 0)
         if want_excl is None and left <= DEFAULT_SHARED_CORES:
@@ -246,8 +250,8 @@ def _take(candidates: Sequence[Core], n_excl: int, n_shared: int, options: PlanO
 
 def _isolcpus_plan(whole: list[Core], free: list[Core], options: PlanOptions, key: RankKey) -> _Carved:
     """Exclusive and shared from the wholly isolated cores, infra from the rest; isolated cores left over are noted."""
-    limit = f"only {len(whole)} whole cores are isolated ({_cores_text(whole) or 'none'})"
-    n_excl, n_shared = _sizes(options, len(whole), limit)
+    n_excl, n_shared = _sizes(options, len(whole),
+                              lambda: f"only {len(whole)} whole cores are isolated ({_cores_text(whole) or 'none'})")
     exclusive, shared, unused = _take(whole, n_excl, n_shared, options, key)
     notes = [(f"isolated cores {_cores_text(unused)} are in no pool: raise "
              "--num-exclusive-cores or --num-shared-cores to use them")] if unused else []
@@ -262,7 +266,7 @@ def _fallback_plan(free: list[Core], options: PlanOptions, key: RankKey) -> _Car
         f"no CPU is isolated and infra must keep one of the {len(free)} cores, "
         f"leaving {len(candidates)} (CMK's fallback; boot with isolcpus= for more)"
     )
-    n_excl, n_shared = _sizes(options, len(candidates), limit)
+    n_excl, n_shared = _sizes(options, len(candidates), lambda: limit)
     if options.num_exclusive_cores is None:
         n_excl = min(n_excl, DEFAULT_EXCLUSIVE_CORES)
     notes = [("no isolated CPUs: pools are carved from all cores (CMK's fallback); "

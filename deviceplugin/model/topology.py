@@ -178,8 +178,11 @@ def _group_cores(cpus: CpuTable) -> tuple[Core, ...]:
         if cpu_id not in online or cpu_id in seen:
             continue
         cpu = cpus[cpu_id]
-        threads = frozenset(t for t in (cpu.siblings | {cpu.id}) if t in online)
-        threads = cpu.siblings if threads == cpu.siblings else threads  # one set per core, not two (8,192 CPUs)
+        if cpu.id in cpu.siblings and cpu.siblings <= online:  # as discovery reads them: one set per core, not two
+            threads = cpu.siblings
+        else:
+            threads = frozenset(t for t in (cpu.siblings | {cpu.id}) if t in online)
+            threads = cpu.siblings if threads == cpu.siblings else threads
         seen |= threads
         cores.append(
             Core(

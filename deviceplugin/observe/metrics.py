@@ -30,6 +30,8 @@ from deviceplugin.events import (
     Allocated,
     AllocateRefused,
     Event,
+    IrqsSteered,
+    IrqUnmovable,
     KubeletRestart,
     PreferredAllocation,
     PreferredAllocationRefused,
@@ -216,6 +218,11 @@ class Metrics:
                                        ["pool"], registry=registry)
         self.preferred_errors = Counter("cmk_preferred_allocation_errors",
                                         "GetPreferredAllocation requests refused.", ["pool"], registry=registry)
+        self.irq_masks_narrowed = Gauge("cmk_irq_masks_narrowed",
+                                        "IRQ masks IRQ steering keeps narrowed off held CPUs now (0 where "
+                                        "irqbalance moves them or steering is off).", registry=registry)
+        self.irqs_unmovable = Counter("cmk_irqs_unmovable", "IRQs whose mask the kernel refused to IRQ steering "
+                                      "(managed or per-CPU): left where they are.", registry=registry)
         for resource, devices in tree.items():  # every series exists from the start, at 0
             pool = str(devices.pool)
             self.registrations.labels(resource)
@@ -277,6 +284,10 @@ class Metrics:
             case PreferredAllocationRefused(pool=pool, seconds=seconds):
                 self.preferred_seconds.labels(pool).observe(seconds)
                 self.preferred_errors.labels(pool).inc()
+            case IrqsSteered(narrowed=narrowed):
+                self.irq_masks_narrowed.set(narrowed)
+            case IrqUnmovable():
+                self.irqs_unmovable.inc()
 
 
 @contextmanager

@@ -112,7 +112,7 @@ def render_usage(usage: Mapping[str, Any]) -> list[str]:
         where = hit["pool"] + (", isolated" if hit["isolated"] else "")
         lines.append(f"  interrupts: {hit['device_interrupts_per_second']:g} device IRQs/s on CPU {hit['cpu']} "
                      f"({where}; its place is over {usage['interrupt_threshold_per_second']:g}/s, as the alert): "
-                     "steer them away with /proc/irq/*/smp_affinity_list")
+                     "steer them away with /proc/irq/*/smp_affinity_list (on held cores: cmk device-plugin --irq-steering)")
     if not usage["holdings_known"]:
         lines.append("  note: the kubelet's pod resources could not be read: leaks unknown")
     for name in usage["masked"]:

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -980,6 +981,91 @@ def check_irq_steering(node: Node, plan: dict[str, Any], figures: dict[str, Any]
             f"metric {before['per_second']}/s then {after['per_second']}/s")
 
 
+IRQBALANCE_SOCKETS = Path("/run/irqbalance")
+#: The daemon's log lines asking irqbalance to ban held CPUs, and to lift the ban once none is held.
+BANNED = "asked irqbalance .* off held CPUs"
+LIFTED = "asked irqbalance .* off no held CPUs"
+
+
+@contextmanager
+def irqbalance_running(work: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Debian's irqbalance in the foreground, rebalancing every second, until its socket listens."""
+    IRQBALANCE_SOCKETS.mkdir(parents=True, exist_ok=True)
+    log = work / "irqbalance.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(["irqbalance", "--foreground", "--interval=1"], stdout=out,
+                                   stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + WAIT_SECONDS
+        while not (IRQBALANCE_SOCKETS / f"irqbalance{process.pid}.sock").exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise CheckFailed(f"irqbalance (exit {process.returncode}) never listened in {IRQBALANCE_SOCKETS}: "
+                                  f"{log.read_text(errors='replace')[-1500:]}")
+            time.sleep(0.2)
+        progress(f"irqbalance {process.pid} listens")
+        yield process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _irqbalance_says(pid: int, command: str) -> None:
+    """One command on irqbalance's socket, as its own irqbalance-ui sends it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(str(IRQBALANCE_SOCKETS / f"irqbalance{pid}.sock"))
+        conn.sendall(command.encode())
+
+
+def check_irqbalance(node: Node, plan: dict[str, Any], figures: dict[str, Any]) -> str:
+    """With irqbalance running, the daemon writes no mask: it bans the held CPUs through irqbalance's socket,
+    and irqbalance moves the disk's interrupts off them while the pod holds them.
+
+    Only what irqbalance balances moves: IRQs nothing requested keep their
+    all-CPU masks (they never fire), so the proof is the busy disk IRQ's mask
+    and count, with every other IRQ's count on the held CPUs reported.
+    """
+    assert node.kubelet is not None
+    share = Path(plan["result"]).parent
+    exclusive = cpus(node.answers["exclusive"]["envs"][ENV["exclusive"]])
+    record = node.plugin_dir / "cmk-irq-masks.json"
+    node.kubelet.wait_for(lambda: not record.exists(), timeout=WAIT_SECONDS, what="no mask of the daemon's left")
+    with irqbalance_running(node.work) as irqbalance:
+        disk = _phase(share, exclusive, 2)["busiest"]
+        # Before: irqbalance told (as an operator could) to keep off every other CPU, so it puts the disk on these.
+        online = cpus(node.facts["online"])
+        _irqbalance_says(irqbalance.pid, f"settings cpus {show(online - exclusive)}")
+        node.kubelet.wait_for(lambda: _masks()[disk] <= exclusive, timeout=WAIT_SECONDS,
+                              what=f"irqbalance placing the disk's IRQ {disk} on {show(exclusive)}")
+        before = _phase(share, exclusive, 5)
+        expect(before["by_irq"].get(disk, 0) > 0, f"the disk's IRQ {disk} on {show(exclusive)} landed none there")
+        asked, lifted = (len(re.findall(line, node.daemon_log())) for line in (BANNED, LIFTED))
+        count = len(node.kubelet.devices(RESOURCES["exclusive"]))
+        admit(node, "irqbalance", {"c": {RESOURCES["exclusive"]: count}})
+        try:
+            node.kubelet.wait_for(lambda: len(re.findall(BANNED, node.daemon_log())) > asked,
+                                  timeout=WAIT_SECONDS, what="the daemon asking irqbalance to ban the held CPUs")
+            node.kubelet.wait_for(lambda: not _masks()[disk] & exclusive, timeout=WAIT_SECONDS,
+                                  what=f"irqbalance moving the disk's IRQ {disk} off the banned CPUs {show(exclusive)}")
+            _disk_load(share, 2)
+            held = _phase(share, exclusive, 10)
+            mask = _masks()[disk]
+            wrote = record.exists()
+        finally:
+            node.kubelet.delete_pod("irqbalance")
+        node.kubelet.wait_for(lambda: len(re.findall(LIFTED, node.daemon_log())) > lifted, timeout=WAIT_SECONDS,
+                              what="the daemon lifting irqbalance's ban once the pod is gone")
+        expect(irqbalance.poll() is None, "irqbalance exited while the daemon talked to it")
+    expect(not wrote, f"the daemon wrote IRQ masks ({record}) while irqbalance ran")
+    expect(held["by_irq"].get(disk, 0) == 0, f"the disk's IRQ {disk} (mask {show(mask)}) interrupted the banned "
+                                             f"CPUs {show(exclusive)} {held['by_irq'].get(disk)} times under irqbalance")
+    others = {irq: n for irq, n in held["by_irq"].items() if irq != disk}
+    figures["irqbalance"] = {"exclusive": show(exclusive), "disk": disk, "mask": show(mask), "before": before,
+                             "held": held}
+    return (f"irqbalance banned {show(exclusive)} at the daemon's word and moved the disk's IRQ {disk} to "
+            f"{show(mask)}: {before['by_irq'][disk]} of its interrupts there in {before['seconds']} s before, 0 in {held['seconds']} s of disk load ({held['writes']} synced "
+            f"writes) after, other IRQs there {others or 'none'} ({_irq_names(others)}); no mask written by the daemon")
+
+
 CHECKS: dict[str, Callable[..., str]] = {
     shapes.KERNEL: check_kernel,
     shapes.DEVICES: check_devices,
@@ -1001,15 +1087,17 @@ CHECKS: dict[str, Callable[..., str]] = {
     shapes.ESCAPE_RUNC: check_escape_runc,
     shapes.ESCAPE_CRUN: check_escape_crun,
     shapes.IRQ_STEERING: check_irq_steering,
+    shapes.IRQBALANCE: check_irqbalance,
 }
 #: Checks that need the daemon serving.
 NEEDS_DAEMON = {shapes.DEVICES, shapes.POOLS, shapes.HOTPLUG, shapes.STATIC_PINNER,
                 shapes.HOOK_RUNC, shapes.HOOK_CRUN, shapes.HOST_CONFIG, shapes.USAGE, *shapes.NODE_WIDE,
-                shapes.ESCAPE_RUNC, shapes.ESCAPE_CRUN, shapes.IRQ_STEERING}
+                shapes.ESCAPE_RUNC, shapes.ESCAPE_CRUN, shapes.IRQ_STEERING, shapes.IRQBALANCE}
 #: The order that lets later checks use earlier answers (pinners and hooks use the pools' answers).
 ORDER = [shapes.KERNEL, shapes.POOLS, shapes.DEVICES, shapes.HOST_CONFIG, shapes.STATIC_PINNER,
          shapes.HOOK_RUNC, shapes.HOOK_CRUN, *shapes.NODE_WIDE, shapes.ESCAPE_RUNC,
-         shapes.ESCAPE_CRUN, shapes.HOTPLUG, shapes.USAGE, shapes.IRQ_STEERING, shapes.DESCRIBE, shapes.NO_REBOOT]
+         shapes.ESCAPE_CRUN, shapes.HOTPLUG, shapes.USAGE, shapes.IRQ_STEERING, shapes.IRQBALANCE,
+         shapes.DESCRIBE, shapes.NO_REBOOT]
 
 
 def progress(message: str) -> None:

@@ -37,6 +37,7 @@ DESCRIBE = "describe_reports_the_pools_host_config_planned"
 NO_REBOOT = "host_config_says_no_reboot_is_needed"
 USAGE = "metrics_and_describe_show_a_leak_onto_an_unheld_exclusive_cpu"
 IRQ_STEERING = "virtio_interrupts_stay_off_held_exclusive_cpus_and_their_masks_come_back"
+IRQBALANCE = "with_irqbalance_running_the_daemon_bans_the_held_cpus_through_it_and_writes_no_mask"
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ NO_ISOLCPUS = Shape(
     pool_flags=(),
     # The scheduler uses "exclusive" CPUs here: the shape where the noisy container's baseline shows it.
     checks=(KERNEL, DEVICES, POOLS, STATIC_PINNER, HOOK_RUNC, BOTH_HOOKS_RUNC, BOTH_HOOKS_CRUN, NOISY_RUNC,
-            NOISY_CRUN, IRQ_STEERING),
+            NOISY_CRUN, IRQ_STEERING, IRQBALANCE),
     isolated="",
     numa_nodes=2,
     threads_per_core=1,

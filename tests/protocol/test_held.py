@@ -80,7 +80,9 @@ def test_a_core_moved_from_exclusive_to_shared_while_held_stays_out_until_freed(
 
     kubelet.delete_pod("holder")
     kubelet.delete_pod("user")
-    kubelet.wait_for(lambda: not second.withheld, what="core released")
+    # Released, and served: the daemon forgets the hold before its servers take the new snapshot (its tree last).
+    kubelet.wait_for(lambda: not second.withheld and {2, 10} <= {cpu for d in second.tree[SHARED].devices.values()
+                                                                 for cpu in d.cpus}, what="core released and served")
     again = kubelet.admit(PodSpec("again", (ContainerSpec("app", limits={SHARED: 1}),)))
     assert cpus(again.container("app").envs["CMK_CPUS_SHARED"]) == {2, 3, 10, 11}
     assert [e.pool for e in seen if isinstance(e, CoreReleased)] == ["shared"]

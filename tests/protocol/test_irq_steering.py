@@ -20,6 +20,7 @@ from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.events import Events, IrqUnmovable
 from deviceplugin.host.irqs import RECORD_NAME
 from deviceplugin.model.plan import PlanOptions, Pool
+from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
@@ -49,18 +50,18 @@ def irq_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def run_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path,
-               irq_dir: Path) -> Iterator[Callable[[], tuple[Daemon, list]]]:
+               irq_dir: Path) -> Iterator[Callable[..., tuple[Daemon, list]]]:
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
     running: list[Daemon] = []
 
-    def run() -> tuple[Daemon, list]:
+    def run(steering: frozenset[Pool] = frozenset({Pool.EXCLUSIVE})) -> tuple[Daemon, list]:
         seen: list = []
         events = Events()
         events.listen(seen.append)
         daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
                                        install_dir="/opt/cmk-test", plan=PlanOptions(num_shared_cores=1),
                                        pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1,
-                                       irq_steering=frozenset({Pool.EXCLUSIVE}), irq_dir=irq_dir,
+                                       irq_steering=steering, irq_dir=irq_dir,
                                        irqbalance_dir=tmp_path / "irqbalance"),
                         events=events)
         daemon.start()
@@ -102,19 +103,33 @@ def test_a_held_core_gets_no_device_irq_and_every_mask_comes_back_when_it_is_fre
     kubelet.wait_for(lambda: given_back(irq_dir, plugin_dir), timeout=10, what="every mask given back")
 
 
-def test_a_restarted_daemon_keeps_the_masks_narrowed_while_held_and_gives_back_the_originals(
-        kubelet, run_daemon, irq_dir, plugin_dir):
+def stopped_while_steering(kubelet: Kubelet, run_daemon: Callable[..., tuple[Daemon, list]],
+                           irq_dir: Path) -> frozenset[int]:
+    """A daemon that steered IRQs off a core a pod still holds, stopped; the core's CPUs."""
     first, _ = run_daemon()
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     held = hold_a_core(kubelet)
     kubelet.wait_for(lambda: steered_off(irq_dir, held), timeout=10, what="IRQs off the held core")
     first.stop()
+    return held
+
+
+def test_a_restarted_daemon_keeps_the_masks_narrowed_while_held_and_gives_back_the_originals(
+        kubelet, run_daemon, irq_dir, plugin_dir):
+    held = stopped_while_steering(kubelet, run_daemon, irq_dir)
     run_daemon()
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA}, count=2)
     assert steered_off(irq_dir, held)  # the pod still holds the core: nothing given back yet
     kubelet.delete_pod("rt")
     kubelet.wait_for(lambda: given_back(irq_dir, plugin_dir), timeout=10,
                      what="the masks the first daemon found, given back by the second")
+
+
+def test_a_daemon_started_with_steering_off_gives_back_every_recorded_mask_even_while_cores_are_held(
+        kubelet, run_daemon, irq_dir, plugin_dir):
+    stopped_while_steering(kubelet, run_daemon, irq_dir)
+    run_daemon(frozenset())  # the operator turned steering off (the way to uninstall it)
+    kubelet.wait_for(lambda: given_back(irq_dir, plugin_dir), timeout=10, what="every mask given back")
 
 
 @pytest.fixture
@@ -131,12 +146,19 @@ def read_only_irq(irq_dir: Path) -> Iterator[Path]:
 
 def test_an_irq_the_kernel_refuses_is_reported_once_left_alone_and_the_rest_steered(kubelet, run_daemon, irq_dir,
                                                                                    read_only_irq, plugin_dir):
-    _, seen = run_daemon()
+    daemon, seen = run_daemon()
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     held = hold_a_core(kubelet)
     kubelet.wait_for(lambda: not masks(irq_dir)["24"] & held, timeout=10, what="IRQ 24 off the held core")
     second = hold_a_core(kubelet, "rt2")  # a new round: the refused IRQ is not tried again
     kubelet.wait_for(lambda: not masks(irq_dir)["24"] & second, timeout=10, what="IRQ 24 off both cores")
+    metrics = Metrics(PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
+                                    registered=daemon.registered_resources, pod_resources=None), daemon.tree)
+    for event in seen:
+        metrics.on_event(event)
+    exposed = metrics.render().decode()
+    narrowed = len(json.loads((plugin_dir / RECORD_NAME).read_text()))
+    assert "cmk_irqs_unmovable_total 1.0" in exposed and f"cmk_irq_masks_narrowed {narrowed:.1f}" in exposed
     refusals = [e for e in seen if isinstance(e, IrqUnmovable)]
     assert [e.irq for e in refusals] == ["27"] and "27" not in json.loads((plugin_dir / RECORD_NAME).read_text())
     assert masks(irq_dir)["27"] == ALL

@@ -53,6 +53,22 @@ def test_with_the_default_values_the_chart_renders_the_base_less_its_namespace()
     assert by_key(template()) == {k: v for k, v in base.items() if k[0] != "Namespace"}
 
 
+def test_irq_steering_in_the_config_mounts_what_the_kustomize_overlay_mounts() -> None:
+    def daemon_and_volumes(docs: Iterable[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+        (daemon,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "daemon"]
+        return daemon, ds["spec"]["template"]["spec"]["volumes"]
+
+    chart, chart_volumes = daemon_and_volumes(template('config={"irq-steering": ["exclusive"]}'))
+    overlay, overlay_volumes = daemon_and_volumes(render("overlays/irq-steering"))
+    plain, _ = daemon_and_volumes(template())
+    assert "--irq-dir=/host/proc/irq" in chart["args"] and not any("irq" in arg for arg in plain["args"])
+    assert chart["volumeMounts"] == overlay["volumeMounts"] and chart_volumes[-2:] == overlay_volumes[-2:]
+    (config,) = [d for d in template('config={"irq-steering": ["exclusive"]}') if d["kind"] == "ConfigMap"
+                 and "config.yaml" in d.get("data", {})]
+    assert yaml.safe_load(config["data"]["config.yaml"])["irq-steering"] == ["exclusive"]
+
+
 def test_with_create_namespace_the_chart_renders_exactly_the_base() -> None:
     assert by_key(template("createNamespace=true")) == by_key(render("base"))
 

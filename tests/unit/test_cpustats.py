@@ -249,7 +249,7 @@ def test_usage_on_the_xeon_d_dump_with_known_counters(tmp_path):
     assert lines[3].split() == ["shared", "3,11", "0.00", "200", "0", "10", "0", "3,11", "-"]
     assert "  leak: CPU 1 (exclusive) is 80 % busy and no container holds it" in lines
     assert ("  interrupts: 200 device IRQs/s on CPU 3 (shared, isolated; its place is over 100/s, as the alert): "
-            "steer them away with /proc/irq/*/smp_affinity_list") in lines
+            "steer them away with /proc/irq/*/smp_affinity_list (on held cores: cmk device-plugin --irq-steering)") in lines
     assert not any("on CPU 0 " in line for line in lines)
 
     unknown = usage_data(place, before, after, 2.0, held=None)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from deviceplugin.model.irqsteer import DEFAULT, Narrowed, steer
+from deviceplugin.model.devices import Device, PoolDevices
+from deviceplugin.model.irqsteer import (
+    DEFAULT,
+    Narrowed,
+    held_cpus,
+    housekeeping,
+    steer,
+)
+from deviceplugin.model.plan import Pool
 
 ONLINE = frozenset(range(8))
 
@@ -79,3 +87,17 @@ def test_a_refused_write_keeps_what_was_recorded_and_records_no_first_narrowing(
     assert plan.settled(before, frozenset({"40"})) == before  # the give-back failed: the original stays known
     narrowing = steer({"41": ONLINE}, {}, f(1), ONLINE)
     assert narrowing.settled({}, frozenset({"41"})) == {}
+
+
+def test_housekeeping_is_the_online_cpus_outside_the_steered_pools_or_all_when_they_take_every_one():
+    assert housekeeping(f(0, 1, 2, 3), f(1, 2)) == f(0, 3)
+    assert housekeeping(f(0, 1), f(0, 1)) == f(0, 1)
+
+
+def test_held_cpus_are_the_cpus_of_the_held_devices_of_the_steered_resources_only():
+    exclusive = "cmk.intel.com/exclusive-cores"
+    devices = {"core-n0-p0-c1": Device("core-n0-p0-c1", f(1, 9), f(0), True)}
+    tree = {exclusive: PoolDevices(Pool.EXCLUSIVE, exclusive, devices, {})}
+    held = {exclusive: {"core-n0-p0-c1", "cpus-3.11"}, "cmk.intel.com/shared": {"shared-001"}}
+    assert held_cpus(tree, held, [exclusive]) == f(1, 9, 3, 11)  # an older release's ID by the CPUs it names
+    assert held_cpus(tree, held, []) == frozenset()
