@@ -1,8 +1,8 @@
-"""When the node tier boots a VM a second time: only after qemu itself aborted (pure, no VM)."""
+"""When the node tier boots a VM a second time: only when the emulator failed (pure, no VM)."""
 
 from __future__ import annotations
 
-from tests.node.vm import QEMU_ABORT
+from tests.node.vm import QEMU_ABORT, boot_again
 
 #: The console tail of the boot that made the retry necessary (clean-clone CI, shape c, 11 s).
 ABORTED = ("[    9.8] virtio_net virtio1 eth0: renamed\n"
@@ -20,3 +20,8 @@ def test_a_failure_of_the_kernel_or_the_guest_is_not() -> None:
                  "guest: FAIL kernel_reports_the_shape: qemu-system-x86_64: Assertion x failed.\n",
                  ""):
         assert not QEMU_ABORT.search(tail), tail
+
+
+def test_a_boot_is_tried_again_after_an_abort_or_a_silent_console_only() -> None:
+    assert boot_again(ABORTED) and boot_again("") and boot_again("\n")
+    assert not boot_again("[    3.1] Kernel panic - not syncing: VFS: Unable to mount root fs\n")
