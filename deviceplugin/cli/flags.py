@@ -76,7 +76,7 @@ def cpu_set(text: str) -> frozenset[int]:
 
 def steered_pools(text: str) -> frozenset[Pool]:
     """Comma-separated pools of whole cores (``exclusive,exclusive-non-isolcpus``); "" or none: no pool."""
-    names = [name.strip() for name in text.split(",") if name.strip() and name.strip() != "none"]
+    names = [name for name in (part.strip() for part in text.split(",")) if name and name != "none"]
     wrong = [name for name in names if name not in {str(pool) for pool in CORE_POOLS}]
     if wrong:
         raise argparse.ArgumentTypeError(f"IRQ steering is for pools of whole cores ({', '.join(sorted(CORE_POOLS))}),"
@@ -174,7 +174,7 @@ def pools_value(value: object) -> frozenset[Pool]:
     """A YAML list of pool names, or one comma-separated string."""
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         value = ",".join(value)
-    if value == "" or value == []:
+    if value == "":
         return frozenset()
     try:
         return steered_pools(text_value(value))
