@@ -40,8 +40,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pinner.cpulist import format_cpu_list, parse_cpu_list
-from pinner.hook import RECORD_NAME
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
+from deviceplugin.model.hookcontract import RECORD_NAME
 from tests.cluster.deploy import (
     RESOURCE_PREFIX,
     container_ids,

@@ -36,7 +36,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from benchmarks.starts import hook_alone, installed_pinner, interleaved, report
     from deviceplugin.host import nodewide
-    from pinner import hook
+    from deviceplugin.model import hookcontract as hook
     from tests.support.hookrun import write_config
     from tests.support.podman import PODMAN, RUN, busybox_image
 

@@ -26,7 +26,7 @@ from typing import NamedTuple
 if not __package__:  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pinner.cpulist import format_cpu_list
+from deviceplugin.model.cpulist import format_cpu_list
 
 
 class SyntheticRoots(NamedTuple):

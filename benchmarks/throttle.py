@@ -42,9 +42,9 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT))
     from deviceplugin.host.install import install_pinner
-    from pinner import hook
+    from deviceplugin.model import hookcontract as hook
+    from deviceplugin.model.cpulist import format_cpu_list
     from pinner.build import DEFAULT_OUTPUT, build
-    from pinner.cpulist import format_cpu_list
     from tests.support.podman import (
         busybox_image,
         cgroup_dir,

@@ -35,7 +35,9 @@ from deviceplugin.errors import CmkError
 from deviceplugin.host.install import BUILD_DOCS, built_pinner, install_pinner, unbuilt
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.answers import ENV_NAMES
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.node import plan_node
+from deviceplugin.model.pinnercontract import IsolateExit
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import Topology
 from deviceplugin.standin import (
@@ -46,8 +48,6 @@ from deviceplugin.standin import (
     PodSpec,
 )
 from deviceplugin.view import seedpod as view
-from pinner.contract import IsolateExit
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 
 #: The workload's PATH inside the "container" (a common image default).
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -1,1 +1,1 @@
-"""The in-container pinner. Standard library only: it must start fast and run alone."""
+"""The static pinner: its C sources (``native/``) and their build (``build.py``), nothing else."""

@@ -37,7 +37,12 @@ def static_pinner(command: str, args: list[str], binary: Path | None = None) -> 
     import os
 
     from deviceplugin.host.install import BUILD_DOCS, built_pinner, unbuilt
-    from pinner.contract import HOOK_HELP, HOOK_PROG, ISOLATE_HELP, ISOLATE_PROG
+    from deviceplugin.model.pinnercontract import (
+        HOOK_HELP,
+        HOOK_PROG,
+        ISOLATE_HELP,
+        ISOLATE_PROG,
+    )
 
     binary = binary or built_pinner()
     problem = unbuilt(binary)

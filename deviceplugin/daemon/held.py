@@ -17,10 +17,10 @@ from deviceplugin.events import (
     SlotRecordUnread,
     SlotRecordUnwritten,
 )
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.plan import RESOURCE_NAMES, PoolPlan
 from deviceplugin.model.topology import Core
 from deviceplugin.model.withheld import Withheld, learn_holds
-from pinner.cpulist import format_cpu_list
 
 
 class HeldCores:

@@ -17,8 +17,8 @@ from pathlib import Path
 from deviceplugin.errors import CmkError
 from deviceplugin.events import Events, IrqRecordProblem, IrqsSteered, IrqUnmovable
 from deviceplugin.host import irqs
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.irqsteer import Narrowed, steer
-from pinner.cpulist import format_cpu_list
 
 
 class IrqSteering:

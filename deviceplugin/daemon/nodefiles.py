@@ -18,10 +18,10 @@ from deviceplugin.events import (
 )
 from deviceplugin.host import cdi
 from deviceplugin.model import cdispec
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.devices import DeviceTree, core_device_ids
 from deviceplugin.model.plan import Pool, PoolPlan
 from deviceplugin.model.topology import Core
-from pinner.cpulist import format_cpu_list
 
 
 def write_cdi_spec(cdi_dir: Path, install_dir: str, plan: PoolPlan, tree: DeviceTree, *,

@@ -37,6 +37,7 @@ from deviceplugin.host.irqs import record_exists as irq_record_exists
 from deviceplugin.host.nodelock import NodeLock
 from deviceplugin.host.sysfs import discover, online_cpus
 from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.devices import DeviceTree, health_changes
 from deviceplugin.model.irqsteer import held_cpus, housekeeping
 from deviceplugin.model.node import NodePlan, plan_node
@@ -44,7 +45,6 @@ from deviceplugin.model.plan import RESOURCE_NAMES
 from deviceplugin.model.withheld import Withheld
 from deviceplugin.protocol.registration import kubelet_listens, socket_identity
 from deviceplugin.protocol.server import PoolServer, Preference
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 
 
 class Daemon:

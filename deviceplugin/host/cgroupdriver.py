@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from deviceplugin.model.hookcontract import SYSTEMD_RUNTIME_DIR
 from deviceplugin.model.hostsettings import NodeCgroups
-from pinner.hook import SYSTEMD_RUNTIME_DIR
 
 DEFAULT_RUN_ROOT = Path("/run")
 

@@ -29,8 +29,8 @@ from deviceplugin.host.files import (
     shown,
 )
 from deviceplugin.model.confinement import Container, container_id
-from pinner.cpulist import CpuListError, parse_cpu_list
-from pinner.hook import CONFINED_CGROUP
+from deviceplugin.model.cpulist import CpuListError, parse_cpu_list
+from deviceplugin.model.hookcontract import CONFINED_CGROUP
 
 MAX_DEPTH = 16  # kubepods.slice/kubepods-burstable.slice/...-pod<uid>.slice/<scope> is 4; rootless podman 6
 MAX_CGROUPS = 10_000  # directories listed: a node at maxPods 110 has a few hundred

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from deviceplugin.errors import CmkError
 from deviceplugin.host.atomic import write_atomically
+from deviceplugin.model.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 from deviceplugin.model.irqsteer import DEFAULT, Narrowed
-from pinner.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 
 RECORD_NAME = "cmk-irq-masks.json"
 DEFAULT_IRQ_DIR = Path("/proc/irq")

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from deviceplugin.host.atomic import write_atomically
-from pinner import hook
-from pinner.cpulist import format_cpu_list
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import format_cpu_list
 
 #: The hooks.d file ``cmk install`` writes beside the binary and into ``--hooks-dir``.
 DECLARATION_NAME = "cmk-node-wide.json"

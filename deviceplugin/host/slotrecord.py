@@ -19,7 +19,7 @@ from pathlib import Path
 
 from deviceplugin.errors import CmkError
 from deviceplugin.host.atomic import write_atomically
-from pinner.cpulist import CpuListError, format_cpu_list, parse_cpu_list
+from deviceplugin.model.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 
 RECORD_NAME = "cmk-slot-cpus.json"
 

@@ -25,8 +25,8 @@ from deviceplugin.model.limits import (
     checked_cpu_mask,
     parse_count,
 )
+from deviceplugin.model.packages import PACKAGE_LIST_FILES, number_packages
 from deviceplugin.model.topology import Cpu, CpuTable, Topology
-from pinner.packages import PACKAGE_LIST_FILES, number_packages
 
 _CPU_DIR = re.compile(r"cpu(\d+)")
 _NODE_DIR = re.compile(r"node(\d+)")
@@ -127,7 +127,7 @@ def online_cpus(sysfs_root: Path = Path("/sys")) -> frozenset[int]:
 def _derived_packages(reader: _Reader, cpus: Mapping[int, Cpu], dirs: Mapping[int, str]) -> dict[int, Cpu]:
     """Online CPUs whose package id is unknown, given one from their package's CPU list.
 
-    The numbering is :func:`pinner.packages.number_packages`, the one both
+    The numbering is :func:`deviceplugin.model.packages.number_packages`, the one both
     pinners' ``--socket-id`` uses.
     """
     lists: dict[int, frozenset[int]] = {}

@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from deviceplugin.model.cdispec import cdi_device_names
+from deviceplugin.model.cpulist import format_cpu_csv
 from deviceplugin.model.devices import PoolDevices
+from deviceplugin.model.pinnercontract import POOLS as PINNER_POOLS
 from deviceplugin.model.plan import Pool
 from deviceplugin.model.shown import named_ids
-from pinner.contract import POOLS as PINNER_POOLS
-from pinner.cpulist import format_cpu_csv
 
 #: Where the pinner (``cmk isolate``) appears inside every container.
 PINNER_CONTAINER_DIR = "/opt/bin"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pinner.cpulist import format_cpu_list
+from deviceplugin.model.cpulist import format_cpu_list
 
 
 @dataclass(frozen=True)

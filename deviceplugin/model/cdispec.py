@@ -22,10 +22,10 @@ from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 from deviceplugin.model.devices import DeviceTree, PoolDevices
 from deviceplugin.model.plan import CORE_POOLS
-from pinner import hook
-from pinner.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 
 CDI_VERSION = "0.5.0"
 #: The CDI kind of the daemon's devices.

@@ -5,7 +5,7 @@ was born with, its parent's: under the kubelet's CPU manager policy ``none``
 every CPU of the node, exclusive cores included. :func:`unconfined` states
 the rule that tells it from a container the hook confined. A container the
 hook did confine carries the cgroup the hook made below its own
-(``pinner.hook.CONFINED_CGROUP``): if its cpuset reaches exclusive CPUs all
+(``deviceplugin.model.hookcontract.CONFINED_CGROUP``): if its cpuset reaches exclusive CPUs all
 the same, something rewrote it after the hook, and it is reported as
 widened, not as started before the hook. Container cgroups
 are named as the runtimes name them (checked against their source), the last

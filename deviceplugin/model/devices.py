@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from deviceplugin.model.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 from deviceplugin.model.plan import (
     CORE_POOLS,
     DEFAULT_SLOTS,
@@ -22,7 +23,6 @@ from deviceplugin.model.plan import (
     PoolPlan,
 )
 from deviceplugin.model.topology import Core
-from pinner.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 
 MAX_ID_LENGTH = 63  # the kubelet's limit; the daemon checks every ID with api.constants at start
 

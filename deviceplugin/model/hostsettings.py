@@ -17,11 +17,11 @@ from typing import Any
 import yaml
 
 from deviceplugin.errors import CmkError
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.node import NodePlan, plan_node
 from deviceplugin.model.plan import PlanOptions, Pool, PoolPlan
 from deviceplugin.model.topology import Topology
-from pinner import hook
-from pinner.cpulist import format_cpu_list
 
 #: systemd drop-in file name: sorts after distribution defaults, names its origin.
 DROPIN_NAME = "50-cmk-cpu-pools.conf"

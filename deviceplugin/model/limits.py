@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 
-from pinner.contract import MAX_CPUS
-from pinner.cpulist import CpuListError, parse_cpu_list, parse_cpu_mask
+from deviceplugin.model.cpulist import CpuListError, parse_cpu_list, parse_cpu_mask
+from deviceplugin.model.pinnercontract import MAX_CPUS
 
 __all__ = ["MAX_CPUS", "MAX_SLOTS", "CpuListError", "checked_cpu_list", "checked_cpu_mask", "parse_count", "parse_seconds"]
 

@@ -13,9 +13,9 @@ from enum import StrEnum
 from itertools import groupby, zip_longest
 
 from deviceplugin.errors import CmkError
+from deviceplugin.model.cpulist import format_cpu_list
+from deviceplugin.model.pinnercontract import POOLS as PINNER_POOLS
 from deviceplugin.model.topology import Core, Topology
-from pinner.contract import POOLS as PINNER_POOLS
-from pinner.cpulist import format_cpu_list
 
 
 class Pool(StrEnum):

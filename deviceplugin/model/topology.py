@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from pinner.cpulist import format_cpu_list
+from deviceplugin.model.cpulist import format_cpu_list
 
 
 @dataclass(frozen=True, slots=True)  # one per CPU or core: no __dict__ each (8,192 CPUs)

@@ -9,10 +9,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from deviceplugin.events import CoreWithheld
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.devices import core_device_ids, legacy_core_cpus
 from deviceplugin.model.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
 from deviceplugin.model.topology import Core
-from pinner.cpulist import format_cpu_list
 
 POOL_OF: Mapping[str, Pool] = {resource: pool for pool, resource in RESOURCE_NAMES.items()}
 

@@ -42,10 +42,10 @@ from deviceplugin.model.answers import (
     DeviceRequestError,
     allocate_answer,
 )
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.devices import PoolDevices
 from deviceplugin.model.policy import CoreIndex, index_cores
 from deviceplugin.model.shown import shown_ids
-from pinner.cpulist import format_cpu_list
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
+from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.standin.standin import Kubelet, KubeletOptions
 from deviceplugin.standin.topologymanager import TopologyPolicy
-from pinner.cpulist import parse_cpu_list
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.devices import core_device_ids
 from deviceplugin.model.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
 from deviceplugin.model.topology import Core, Topology
@@ -18,7 +19,6 @@ from deviceplugin.view.live import render_live
 from deviceplugin.view.tables import align_columns
 from deviceplugin.view.unconfined import render_unconfined
 from deviceplugin.view.usage import render_usage
-from pinner.cpulist import format_cpu_list
 
 
 def _core_list(cores: tuple[Core, ...]) -> list[str]:

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from deviceplugin.model.assignments import Assignments, cpu_manager_problem
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.devices import Device, DeviceTree, PoolDevices
 from deviceplugin.model.plan import CORE_POOLS
 from deviceplugin.view.tables import align_columns
-from pinner.cpulist import format_cpu_list
 
 CPU_OFFLINE = "CPU offline"
 NOT_ALLOCATABLE = "not allocatable at the kubelet"

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
 from deviceplugin.view.tables import align_columns
-from pinner.cpulist import format_cpu_list
 
 POD_NAME = "cmk-demo"
 RESOURCE_PREFIX = "cmk.intel.com/"

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from deviceplugin.model.confinement import SHORT_ID, Reason, Unconfined
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.view.tables import align_columns
-from pinner.cpulist import format_cpu_list
 
 FIX = "restart it; containers created after the node-wide hook is installed are born confined"
 #: Per reason: what happened, and what to do about it.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.cpustats import (
     DEVICE,
     DEVICE_IRQ_ALERT_PER_SECOND,
@@ -23,7 +24,6 @@ from deviceplugin.model.cpustats import (
     rates,
 )
 from deviceplugin.view.tables import align_columns
-from pinner.cpulist import format_cpu_list
 
 #: Busy share under which an unheld exclusive CPU is not listed as leaking (kernel threads wake briefly).
 LEAK_THRESHOLD = 0.01

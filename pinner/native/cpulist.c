@@ -84,7 +84,7 @@ static int cpu_number(const char *t, const char *end, enum cpu_list_form form, u
     return 0;
 }
 
-/* A stride's USED/GROUP of [t, end), as pinner/cpulist.py words its refusals. */
+/* A stride's USED/GROUP of [t, end), as deviceplugin/model/cpulist.py words its refusals. */
 static int stride(const char *t, const char *end, unsigned *used, unsigned *group, str *detail)
 {
     const char *slash = memchr(t, '/', (size_t)(end - t));

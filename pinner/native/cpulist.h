@@ -1,4 +1,4 @@
-/* CPU sets, and the one parser of the kernel's cpu-list syntax (pinner/cpulist.py is the daemon's twin).
+/* CPU sets, and the one parser of the kernel's cpu-list syntax (deviceplugin/model/cpulist.py is the daemon's twin).
  *
  * Grammar (the kernel's bitmap_parselist): comma-separated groups, each N, N-M or N-M:USED/GROUP (a
  * stride: in every GROUP CPUs from N, the first USED are taken), in any order. Two forms:

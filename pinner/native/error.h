@@ -10,7 +10,7 @@
 
 #include "strbuf.h"
 
-/* Not errno values: what open_regular refuses on its own (texts shared with pinner/contract.py). */
+/* Not errno values: what open_regular refuses on its own (texts shared with deviceplugin/model/pinnercontract.py). */
 #define E_NOT_REGULAR 0x10000
 #define E_SYMLINK 0x10001
 
@@ -25,7 +25,7 @@ int cmk_fail(cmk_error *err, int status);
 void cmk_error_free(cmk_error *err);
 /* Prints "PROG: error: MSG\n" as one write(2) if err holds a message; returns status. */
 int cmk_report(const char *prog, const cmk_error *err, int status);
-/* An errno (or E_NOT_REGULAR, E_SYMLINK) in the fixed words of pinner/contract.py's ERRNO_TEXT. */
+/* An errno (or E_NOT_REGULAR, E_SYMLINK) in the fixed words of deviceplugin/model/pinnercontract.py's ERRNO_TEXT. */
 void s_errno(str *s, int e);
 
 #endif

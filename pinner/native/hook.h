@@ -1,5 +1,5 @@
 /* `cmk hook`: the OCI createRuntime hook the CDI spec adds (docs/design/hook.md says why that stage and what it
- * does; pinner/contract.py holds its exit statuses). It reads the OCI state on stdin and the container's
+ * does; deviceplugin/model/pinnercontract.py holds its exit statuses). It reads the OCI state on stdin and the container's
  * config.json, takes the CPUs only from OCI hooks (its own --cpus and every `cmk hook` entry of
  * hooks.createRuntime: a pod spec can set env, never a hook), confines the container's cgroup (confine.h)
  * and pins its tasks.

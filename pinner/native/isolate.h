@@ -1,12 +1,12 @@
 /* `cmk isolate`: confine a command to the CPUs of one pool, then become it (docs/design/pinner.md says how and
- * why; the messages' texts and the exit statuses come from pinner/contract.py).
+ * why; the messages' texts and the exit statuses come from deviceplugin/model/pinnercontract.py).
  */
 #ifndef CMK_ISOLATE_H
 #define CMK_ISOLATE_H
 
 #include "error.h"
 
-/* One row of pinner/contract.py's POOLS. */
+/* One row of deviceplugin/model/pinnercontract.py's POOLS. */
 struct pool {
     const char *name, *var, *resource;
     int socket_aware;

@@ -1,7 +1,7 @@
 /*
  * cmk: the self-contained pinner, for workload images without Python or libc.
  *
- * The one pinner every container gets (docs/design/pinner.md says how it behaves; pinner/contract.py holds the exit
+ * The one pinner every container gets (docs/design/pinner.md says how it behaves; deviceplugin/model/pinnercontract.py holds the exit
  * statuses, the pool table and the texts, from which pinner/build.py generates cmk_generated.h, so the
  * daemon and it agree); the Python `cmk isolate` and `cmk hook` exec it.
  *

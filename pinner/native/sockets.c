@@ -177,7 +177,7 @@ static int online_cpus(const char *root, cpuset *online, cmk_error *err)
     return 0;
 }
 
-/* One package the kernel gave no id, as pinner/packages.py's number_packages keys it. */
+/* One package the kernel gave no id, as deviceplugin/model/packages.py's number_packages keys it. */
 struct package_group {
     cpuset members;
     unsigned long hash;
@@ -211,7 +211,7 @@ static int package_members(const char *root, unsigned c, cpuset *members, cmk_er
 }
 
 /* derived[cpu]: every online CPU's package number where the kernel gives -1 (else -1), numbered as
- * pinner/packages.py's number_packages does: a package one of its CPUs has an id for keeps the lowest
+ * deviceplugin/model/packages.py's number_packages does: a package one of its CPUs has an id for keeps the lowest
  * such id; the others are numbered after the known ids, in the order of their lowest CPU. */
 static int derived_packages(const char *root, long *derived, cmk_error *err)
 {

@@ -1,7 +1,7 @@
 /* `cmk isolate --socket-id`: the pool's CPUs on one socket, read from sysfs as the daemon reads it.
  *
  * A CPU's socket is its physical_package_id; where the kernel gives -1 (some VMs and arm64 machines), its
- * package is derived from the package sibling lists as pinner/packages.py numbers them.
+ * package is derived from the package sibling lists as deviceplugin/model/packages.py numbers them.
  */
 #ifndef CMK_SOCKETS_H
 #define CMK_SOCKETS_H

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from pinner.cpulist import parse_cpu_list
+from deviceplugin.model.cpulist import parse_cpu_list
 from tests.cluster.deploy import DAEMONSET, NAMESPACE, Deployment
 
 METRICS = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9464/metrics').read().decode())"

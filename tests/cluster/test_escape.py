@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pinner.cpulist import parse_cpu_list
+from deviceplugin.model.cpulist import parse_cpu_list
 from tests.cluster.deploy import (
     Deployment,
     delete_pod,

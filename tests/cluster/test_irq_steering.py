@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pinner.cpulist import parse_cpu_list
+from deviceplugin.model.cpulist import parse_cpu_list
 from tests.cluster.deploy import (
     DAEMONSET,
     DEPLOY,

@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import parse_cpu_list
+from deviceplugin.model.pinnercontract import POOLS
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
-from pinner import hook
-from pinner.contract import POOLS
-from pinner.cpulist import parse_cpu_list
 from tests.cluster.deploy import (
     DAEMONSET,
     NAMESPACE,

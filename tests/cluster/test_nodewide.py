@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pinner.cpulist import parse_cpu_list
+from deviceplugin.model.cpulist import parse_cpu_list
 from tests.cluster.deploy import (
     Deployment,
     container_ids,

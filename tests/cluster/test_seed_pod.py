@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pinner.cpulist import parse_cpu_list
+from deviceplugin.model.cpulist import parse_cpu_list
 from tests.cluster.deploy import (
     RESOURCE_PREFIX,
     Deployment,

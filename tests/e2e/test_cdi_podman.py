@@ -30,13 +30,13 @@ import pytest
 
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model import cdispec
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.devices import core_device_ids
+from deviceplugin.model.pinnercontract import ENV_NAMES, LIST_HINT
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, KubeletOptions, PodSpec
 from deviceplugin.standin.answers import ContainerAnswer
-from pinner import hook
-from pinner.contract import ENV_NAMES, LIST_HINT
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.support.nodewide import host_view, plan_cpus
 from tests.support.podman import env_flags, hook_devices, podman, run
 

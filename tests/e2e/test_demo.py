@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pinner.cpulist import parse_cpu_list
+from deviceplugin.model.cpulist import parse_cpu_list
 from tests.support.hookrun import cpus_allowed as allowed_list
 from tests.support.native import ensure_native_pinner
 from tests.support.topologies import topology

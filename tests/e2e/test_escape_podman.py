@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from deviceplugin.model import hookcontract as hook
 from deviceplugin.model.confinement import Reason
-from pinner import hook
 from tests.e2e.conftest import ROOT
 from tests.support import escape
 from tests.support.nodewide import NodeWide

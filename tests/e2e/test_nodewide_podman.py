@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pinner.cpulist import parse_cpu_list
+from deviceplugin.model.cpulist import parse_cpu_list
 from tests.support.nodewide import NodeWide, host_view, start
 from tests.support.podman import (
     container_pid,

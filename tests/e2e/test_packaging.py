@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from deviceplugin.model.pinnercontract import ISOLATE_HELP
 from pinner.build import SOURCES
-from pinner.contract import ISOLATE_HELP
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pinner import hook
-from pinner.cpulist import format_cpu_list
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import format_cpu_list
 from tests.support.podman import (
     cgroup_dir,
     container_pid,

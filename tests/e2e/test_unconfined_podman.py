@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.model.confinement import Reason
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.standin import Kubelet, KubeletOptions
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.e2e.conftest import ROOT
 from tests.support.daemon import daemon_process
 from tests.support.metrics import Logs, scrape

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deviceplugin.host import nodewide
-from pinner import hook as cmk_hook
-from pinner.cpulist import format_cpu_list, parse_cpu_list
+from deviceplugin.model import hookcontract as cmk_hook
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from tests.node import oci, shapes
 from tests.support import escape
 from tests.support.threads import samples_on_each

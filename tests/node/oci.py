@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pinner import hook as cmk_hook
-from pinner.cpulist import parse_cpu_list
+from deviceplugin.model import hookcontract as cmk_hook
+from deviceplugin.model.cpulist import parse_cpu_list
 
 #: What the CDI library applies; anything else in a spec is refused.
 KNOWN_EDITS = frozenset({"env", "deviceNodes", "hooks", "mounts", "additionalGids"})
@@ -153,7 +153,7 @@ def apply_answer(config: Mapping[str, Any], envs: Mapping[str, str],
 def hook_cpus(config: Mapping[str, Any]) -> frozenset[int]:
     """The CPUs ``cmk hook`` confines ``config``'s container to: the union of the ``--cpus`` of its entries.
 
-    As the hook reads them (``pinner/hook.py``, step 2): every ``hooks.createRuntime``
+    As the hook reads them (``deviceplugin/model/hookcontract.py``, step 2): every ``hooks.createRuntime``
     entry whose argv is ``cmk hook ...`` (argv[0] may be a path ending in ``/cmk``); never the env.
     """
     found: frozenset[int] = frozenset()

@@ -70,7 +70,7 @@ def pinner(native_cmk: Path) -> Pinner:
 
 def affinity_here() -> str:
     """This process's affinity in list form: what a child started without ``before`` inherits."""
-    from pinner.cpulist import format_cpu_list
+    from deviceplugin.model.cpulist import format_cpu_list
 
     return format_cpu_list(os.sched_getaffinity(0))
 

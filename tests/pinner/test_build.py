@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from deviceplugin.model.pinnercontract import ISOLATE_HELP
 from pinner import build
-from pinner.contract import ISOLATE_HELP
 from tests.support.native import PT_INTERP, program_header_types
 
 

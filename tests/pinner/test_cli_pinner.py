@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.cli import static_pinner
+from deviceplugin.model.pinnercontract import HOOK_HELP, ISOLATE_HELP
 from pinner.build import DEFAULT_OUTPUT
-from pinner.contract import HOOK_HELP, ISOLATE_HELP
 from tests.pinner.conftest import BASE_ENV, CPU_A, ROOT
 from tests.support.commands import cmk
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pinner import hook
-from pinner.contract import HOOK_HELP, HookExit
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.pinnercontract import HOOK_HELP, HookExit
 from tests.support.hookrun import (
     THREADED,
     cpu_cgroup,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from pinner import hook
-from pinner.cpulist import format_cpu_list
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import format_cpu_list
 from tests.support import escape
 from tests.support.hookrun import (
     cpuset_cgroup,

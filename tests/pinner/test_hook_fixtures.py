@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pinner import hook
-from pinner.contract import LIST_HINT, HookExit
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.pinnercontract import LIST_HINT, HookExit
 from tests.support.hookrun import (
     cmk_hook_entry,
     cpus_allowed,

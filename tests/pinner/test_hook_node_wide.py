@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pinner import hook
-from pinner.contract import HookExit
-from pinner.cpulist import format_cpu_list
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import format_cpu_list
+from deviceplugin.model.pinnercontract import HookExit
 from tests.support.hookrun import (
     cpu_cgroup,
     cpus_allowed,

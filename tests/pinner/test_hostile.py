@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from pinner import hook as cmk_hook
+from deviceplugin.model import hookcontract as cmk_hook
 from pinner.build import BuildError, build_sanitized
 from tests.pinner.conftest import BASE_ENV
 from tests.support.hookrun import cmk_hook_entry, process_in

@@ -11,7 +11,7 @@ import pytest
 
 from deviceplugin.errors import CmkError
 from deviceplugin.host.install import install_pinner
-from pinner.contract import ISOLATE_HELP as HELP
+from deviceplugin.model.pinnercontract import ISOLATE_HELP as HELP
 from tests.support.commands import cmk
 
 

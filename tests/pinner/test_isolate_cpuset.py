@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from pinner.cpulist import format_cpu_list, format_cpu_mask
+from deviceplugin.model.cpulist import format_cpu_list, format_cpu_mask
 from tests.pinner.conftest import CPU_A as A
 from tests.pinner.conftest import CPU_B as B
 from tests.pinner.conftest import CPUSET_V1, Pinner, on_cpus

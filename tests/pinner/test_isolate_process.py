@@ -11,7 +11,7 @@ import shutil
 import signal
 import time
 
-from pinner.cpulist import format_cpu_mask
+from deviceplugin.model.cpulist import format_cpu_mask
 from tests.pinner.conftest import CPU_A as A
 from tests.pinner.conftest import CPU_B as B
 from tests.pinner.conftest import Pinner

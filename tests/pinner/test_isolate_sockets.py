@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.host.sysfs import discover
+from deviceplugin.model.cpulist import format_cpu_list, format_cpu_mask
 from deviceplugin.model.limits import checked_cpu_list, checked_cpu_mask
+from deviceplugin.model.packages import UNKNOWN_PACKAGE_TEXT, number_packages
+from deviceplugin.model.pinnercontract import IsolateExit
 from deviceplugin.model.topology import Topology
-from pinner.contract import IsolateExit
-from pinner.cpulist import format_cpu_list, format_cpu_mask
-from pinner.packages import UNKNOWN_PACKAGE_TEXT, number_packages
 from tests.pinner.conftest import CPU_A, CPU_B, Pinner
 from tests.support.topologies import FIXTURES, fixture_copy
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from pinner.contract import ISOLATE_HELP as HELP
-from pinner.contract import IsolateExit, exit_table
-from pinner.cpulist import format_cpu_list, format_cpu_mask
+from deviceplugin.model.cpulist import format_cpu_list, format_cpu_mask
+from deviceplugin.model.pinnercontract import ISOLATE_HELP as HELP
+from deviceplugin.model.pinnercontract import IsolateExit, exit_table
 from tests.pinner.conftest import (
     CPU_A,
     CPU_B,

@@ -1,7 +1,7 @@
 """The C pinner's units alone, through their TEST_PROGRAM drivers (util-linux's model), built with ASan and UBSan.
 
 ``cpulist.c`` answers the very case table ``tests/unit/test_cpulist.py`` runs
-through ``pinner/cpulist.py`` (``tests.support.cpulist_cases``), so the two
+through ``deviceplugin/model/cpulist.py`` (``tests.support.cpulist_cases``), so the two
 parsers keep one grammar; ``json.c`` answers the JSON table below. A
 sanitizer report fails the case (its exit status is neither 0 nor 1).
 """
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from deviceplugin.model.cpulist import format_cpu_list
+from deviceplugin.model.hookcontract import MAX_JSON_DEPTH
+from deviceplugin.model.pinnercontract import MAX_CPUS
 from pinner.build import BuildError, build_test_program
-from pinner.contract import MAX_CPUS
-from pinner.cpulist import format_cpu_list
-from pinner.hook import MAX_JSON_DEPTH
 from tests.support import cpulist_cases as cases
 
 ENV = {"ASAN_OPTIONS": "detect_leaks=0:exitcode=99", "UBSAN_OPTIONS": "halt_on_error=1:exitcode=98"}

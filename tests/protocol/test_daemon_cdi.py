@@ -13,11 +13,11 @@ import pytest
 
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.model import cdispec
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.devices import core_device_ids
 from deviceplugin.model.plan import CORE_POOLS, PlanOptions, Pool
 from deviceplugin.standin import ContainerSpec, PodSpec
-from pinner import hook
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,

@@ -18,9 +18,9 @@ from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.events import CoreReleased, CoreWithheld, Events
 from deviceplugin.host.slotrecord import RECORD_NAME
 from deviceplugin.model import devices as device_model
+from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.model.plan import PlanOptions
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
-from pinner.cpulist import parse_cpu_list
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
 from tests.support.topologies import fixture_copy, take_offline_as_the_kernel_does
 

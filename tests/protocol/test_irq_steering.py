@@ -19,10 +19,10 @@ import pytest
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.events import Events, IrqUnmovable
 from deviceplugin.host.irqs import RECORD_NAME
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
 from tests.support.topologies import fixture_copy
 

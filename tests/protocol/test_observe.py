@@ -21,9 +21,9 @@ import pytest
 
 from api.v1beta1 import deviceplugin_pb2 as pb
 from deviceplugin import __version__
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.plan import Mode, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
-from pinner.cpulist import format_cpu_list
 from tests.support.daemon import (
     EXCLUSIVE,
     INFRA,

@@ -16,9 +16,9 @@ import pytest
 from api.podresources.v1 import podresources_pb2 as prpb
 from api.podresources.v1 import podresources_pb2_grpc as prpb_grpc
 from deviceplugin.host.sysfs import discover
+from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.model.plan import Mode, SlotScope
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
-from pinner.cpulist import parse_cpu_list
 from tests.support.daemon import (
     EXCLUSIVE,
     SHARED,

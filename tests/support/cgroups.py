@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pinner import hook
-from pinner.cpulist import format_cpu_list
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import format_cpu_list
 
 
 def container(root: Path, name: str, cpus: object, *, hooked: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""The cpu-list and cpu-mask case table both parsers answer: ``pinner/cpulist.py`` and the C pinner's ``cpulist.c``.
+"""The cpu-list and cpu-mask case table both parsers answer: ``deviceplugin/model/cpulist.py`` and the C pinner's ``cpulist.c``.
 
 ``tests/unit/test_cpulist.py`` runs it through Python, ``tests/pinner/test_native_units.py``
 through the C unit's test driver, so the two grammars cannot drift apart.
@@ -6,7 +6,7 @@ through the C unit's test driver, so the two grammars cannot drift apart.
 
 from __future__ import annotations
 
-from pinner.contract import MAX_CPUS
+from deviceplugin.model.pinnercontract import MAX_CPUS
 
 #: (text, CPUs) in the kernel form (cpuset, sysfs and record files)
 LISTS: list[tuple[str, set[int]]] = [

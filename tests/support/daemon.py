@@ -21,10 +21,10 @@ import pytest
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.host.sysfs import discover
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.devices import core_device_ids
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.support.topologies import FIXTURES, fixture_copy
 
 EXCLUSIVE, NON_ISOL = RESOURCE_NAMES[Pool.EXCLUSIVE], RESOURCE_NAMES[Pool.EXCLUSIVE_NON_ISOLCPUS]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pinner import hook
+from deviceplugin.model import hookcontract as hook
 
 CPUSET_ROOT = Path("/sys/fs/cgroup/cpuset")
 CPU_ROOT = Path("/sys/fs/cgroup/cpu")

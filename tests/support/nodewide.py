@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.host import nodewide
-from pinner import hook
-from pinner.cpulist import format_cpu_list, parse_cpu_list
+from deviceplugin.model import hookcontract as hook
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from tests.support.podman import (
     container_pid,
     hook_devices,

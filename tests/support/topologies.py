@@ -12,8 +12,8 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.topology import Cpu, Topology
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 
 FIXTURES = Path(
     os.environ.get("CMK_FIXTURES")

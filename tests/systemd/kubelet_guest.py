@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from pinner.hook import RECORD_NAME
+from deviceplugin.model.hookcontract import RECORD_NAME
 from tests.systemd import steps
 from tests.systemd.guest import (
     CGROUP,

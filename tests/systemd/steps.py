@@ -12,7 +12,7 @@ reaches; the host asserts each :data:`CHECKS` entry of each step on its own.
 
 from __future__ import annotations
 
-from pinner.cpulist import CpuListError, format_cpu_list, parse_cpu_list
+from deviceplugin.model.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 
 #: The guest machine: 2 CPUs, the exclusive CPU 1 (a whole core's CDI device), the infra CPU 0.
 VM_CPUS = 2

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pinner.cpulist import parse_cpu_list
+from deviceplugin.model.cpulist import parse_cpu_list
 from tests.systemd import steps
 from tests.systemd.steps import as_cpus, show
 

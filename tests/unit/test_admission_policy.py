@@ -22,7 +22,7 @@ import yaml
 
 from deviceplugin.model.answers import ENV_NAMES
 from deviceplugin.model.cdispec import CONFINED_ENV
-from pinner.contract import ENV_ASSIGNED, ENV_ASSIGNED_MASK
+from deviceplugin.model.pinnercontract import ENV_ASSIGNED, ENV_ASSIGNED_MASK
 from tests.support.admission import (
     ACCEPTED,
     CPU_POLICY,

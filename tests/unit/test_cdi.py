@@ -15,8 +15,10 @@ from deviceplugin.errors import CmkError
 from deviceplugin.host import cdi
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model import cdispec
+from deviceplugin.model import hookcontract as hook
 from deviceplugin.model.answers import allocate_answer
 from deviceplugin.model.cdispec import cdi_device_names, kept_cpus
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.devices import DeviceTree, device_tree
 from deviceplugin.model.plan import (
     RESOURCE_NAMES,
@@ -27,8 +29,6 @@ from deviceplugin.model.plan import (
     plan_pools,
 )
 from deviceplugin.model.topology import build_topology
-from pinner import hook
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.support.topologies import fixture_copy
 
 HOOK = "/opt/bin/cmk"

@@ -61,7 +61,7 @@ def v2_tree(sysfs: Path) -> Path:
 
 
 def found(sysfs: Path) -> dict[str, str]:
-    from pinner.cpulist import format_cpu_list
+    from deviceplugin.model.cpulist import format_cpu_list
 
     return {c.cgroup: format_cpu_list(c.cpus) for c in scan(sysfs).containers}
 

@@ -16,6 +16,7 @@ from api.constants import HEALTHY, UNHEALTHY
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model import devices as device_model
 from deviceplugin.model.answers import DeviceRequestError, allocate_answer
+from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.model.devices import DeviceTree, device_tree
 from deviceplugin.model.plan import (
     CORE_POOLS,
@@ -37,7 +38,6 @@ from deviceplugin.standin.topologymanager import (
     resource_hints,
     split_by_affinity,
 )
-from pinner.cpulist import parse_cpu_list
 from tests.support.topologies import FIXTURES, offline_view
 
 EVENTS = 10_000

@@ -10,7 +10,7 @@ from deviceplugin.model.bootparams import (
     parse_isolcpus,
     split_cmdline,
 )
-from pinner.cpulist import CpuListError
+from deviceplugin.model.cpulist import CpuListError
 
 
 @pytest.mark.parametrize(

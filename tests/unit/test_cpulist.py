@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pinner.cpulist import (
+from deviceplugin.model.cpulist import (
     CpuListError,
     format_cpu_csv,
     format_cpu_list,

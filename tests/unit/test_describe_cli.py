@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pinner.cpulist import parse_cpu_list
+from deviceplugin.model.cpulist import parse_cpu_list
 from tests.support.commands import cmk
 from tests.support.topologies import FIXTURES, fixture_copy
 

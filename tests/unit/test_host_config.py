@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.errors import CmkError
+from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.model.hostsettings import (
     HostOptions,
     NodeCgroups,
@@ -25,7 +26,6 @@ from deviceplugin.model.hostsettings import (
 )
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import build_topology
-from pinner.cpulist import parse_cpu_list
 from tests.support.commands import ROOT, cmk
 from tests.support.topologies import fixture_copy
 

@@ -20,8 +20,8 @@ from benchmarks.kubelet_static import (
     kubelet_choice,
     take_by_topology_numa_packed,
 )
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.topology import build_topology
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 
 
 def _topology(cpus: int, cores: int, socket_of, numa_of, sockets: int) -> CpuTopology:

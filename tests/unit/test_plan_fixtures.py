@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from deviceplugin.host.sysfs import discover
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.plan import Mode, PlanOptions, Pool, plan_pools
-from pinner.cpulist import format_cpu_list
 from tests.support.topologies import FIXTURES, fixture_copy
 
 

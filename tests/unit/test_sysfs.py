@@ -15,8 +15,8 @@ from benchmarks.synthetic_sysfs import SyntheticRoots, write_synthetic_sysfs
 from deviceplugin.errors import CmkError
 from deviceplugin.host.sysfs import discover, online_cpus, read_boot_settings
 from deviceplugin.host.sysfs import discover as _discover
+from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.topology import Topology
-from pinner.cpulist import format_cpu_list
 
 
 def _machine(tmp_path: Path, sockets: int = 1, nodes: int = 1, cores: int = 2, threads: int = 2) -> SyntheticRoots:

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from deviceplugin.host.sysfs import discover, online_cpus
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.topology import Topology
-from pinner.cpulist import format_cpu_list, parse_cpu_list
 from tests.support.topologies import FIXTURES, fixture_copy
 
 FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()) if FIXTURES.is_dir() else []

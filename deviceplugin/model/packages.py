@@ -4,14 +4,12 @@ One rule, so the daemon's topology (``deviceplugin.host.sysfs``) and the
 pinner's ``--socket-id`` mean the same CPUs by "socket N"; the C pinner
 (``pinner/native/sockets.c``) follows it line by line and the pinner tests compare it with the daemon's
 model. As lscpu and hwloc do, a package is the set of CPUs its package list
-names. Standard library only, like the rest of ``pinner``.
+names.
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing's own import would slow the pinner's start
-if TYPE_CHECKING:
-    from collections.abc import Mapping
+from collections.abc import Mapping
 
 #: Where a CPU's package list is read, in this order (the kernel renamed ``core_siblings`` in 5.6).
 PACKAGE_LIST_FILES = ("package_cpus_list", "core_siblings_list", "package_cpus", "core_siblings")

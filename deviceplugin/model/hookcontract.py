@@ -1,4 +1,4 @@
-"""``cmk hook``: the OCI hook the CDI spec adds, confining a container to its CPUs.
+"""What the daemon and ``cmk hook`` (the OCI hook the CDI spec adds, in the static pinner) agree on.
 
 Why it works this way: ``docs/design/hook.md``.
 """

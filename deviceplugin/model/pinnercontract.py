@@ -2,7 +2,7 @@
 
 One table, read by ``pinner/build.py`` to generate the static pinner's
 ``cmk_generated.h``, by the daemon's plan and Allocate answer and by the
-tests, so no two of them can drift. Standard library only; the exit tables
+tests, so no two of them can drift. Standard library only (the build imports it); the exit tables
 are plain classes of ints, distinct by name.
 """
 

@@ -1,7 +1,7 @@
 """The kernel's cpu-list and cpu-mask syntax, parsed and formatted.
 
-Lives in ``pinner`` (standard library only) so the pinner can use it without
-importing the daemon; the daemon reuses it from here.
+One grammar for the whole daemon; the static pinner parses the same syntax in C
+(``pinner/native``), and the pinner tests hold the two to the same answers.
 
 Grammar (the kernel's ``bitmap_parselist``): comma-separated groups, each
 ``N``, ``N-M`` or ``N-M:used/group`` (a stride: in every ``group`` CPUs
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import sys
 
-from pinner.contract import MAX_CPUS
+from deviceplugin.model.pinnercontract import MAX_CPUS
 
-TYPE_CHECKING = False  # typing's own import would slow the pinner's start
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
