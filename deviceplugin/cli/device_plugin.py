@@ -170,6 +170,8 @@ def _serve(args: argparse.Namespace, *, collect: bool = True) -> int:
             _remember_plan(daemon, events)  # only now: a plan that served, on this node
             if args.nfd:  # labels say what is served: written once serving has started
                 _write_nfd(daemon, events, args.nfd_features_dir, cleanup)
+            if args.untaint_node:
+                _untaint(daemon, args, cleanup)
             # The topology, plan and device tree live as long as the process: keep the cyclic
             # collector from re-scanning them, so its pauses stay out of Allocate's latency.
             gc.freeze()
@@ -210,6 +212,23 @@ def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: 
         events.listen(metrics.on_event)
         host, port = cleanup.enter_context(serve_metrics(metrics, *args.metrics_address))
         events.emit(MetricsServing(f"{host}:{port}"))
+
+
+def _untaint(daemon: Daemon, args: argparse.Namespace, cleanup: ExitStack) -> None:
+    """Remove the node's pools-not-ready taint once the pools are registered, in a pod that knows its node."""
+    import logging
+
+    from deviceplugin.cli.configfile import node_name
+    from deviceplugin.daemon.untaint import Untaint
+    from deviceplugin.host.nodeapi import in_cluster, remove_pools_not_ready
+
+    node = node_name(args.node_name)
+    if not in_cluster() or node is None:
+        logging.getLogger(__name__).debug("untaint-node: not in a pod with a token and a node name: nothing to do")
+        return
+    untaint = Untaint(node, lambda: daemon.registered, remove_pools_not_ready)
+    untaint.start()
+    cleanup.callback(untaint.stop)
 
 
 def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitStack) -> None:

@@ -327,6 +327,10 @@ DAEMON = FlagGroup("daemon", (
     Flag(name="infra-record", switch=True, load=switch_value, default=True,
          help="keep the node-wide hook's infra record (the infra CPUs, in --install-dir) in step "
               "with the plan: written only when its content differs (default: on)"),
+    Flag(name="untaint-node", switch=True, load=switch_value, default=True,
+         help="remove this node's cmk.intel.com/pools-not-ready taint once every pool is registered with "
+              "the kubelet, through the API server with the pod's service account (the DaemonSet's "
+              "RBAC allows only that); outside a pod, or with no node name, nothing is done (default: on)"),
     Flag(name="irq-steering", parse=steered_pools, load=pools_value, default=frozenset(), metavar="POOLS",
          help="keep device interrupts off the CPUs containers hold in these pools (exclusive, "
               "exclusive-non-isolcpus; comma-separated) while they hold them, and give the IRQ masks "

@@ -15,7 +15,7 @@ SAMPLES = {
     "kubelet-dir": "/k/device-plugins", "sysfs-root": "/dump/sys", "procfs-root": "/dump/proc", "cdi": "false",
     "cdi-dir": "/run/cdi", "metrics-address": "127.0.0.1:9464", "pod-resources-socket": "/k/pr.sock",
     "nfd": "false", "nfd-features-dir": "/nfd", "slot-scope": "numa-node", "unthrottle-exclusive": "false",
-    "infra-record": "false", "per-cpu-metrics": "true", "cgroup-scan-seconds": "5",
+    "infra-record": "false", "untaint-node": "false", "per-cpu-metrics": "true", "cgroup-scan-seconds": "5",
     "irq-steering": "exclusive,exclusive-non-isolcpus", "irq-dir": "/host/proc/irq",
 }
 

@@ -1,0 +1,53 @@
+"""Once every pool is registered with the kubelet, the node's ``cmk.intel.com/pools-not-ready`` taint goes.
+
+A thread of its own, so the supervisor's loop never waits on the API server: it polls the
+daemon's registration, then removes the taint (retrying while the API server refuses or is away),
+then ends. It never sets the taint: that is the operator's, before the daemon runs on the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from deviceplugin.model.taints import POOLS_NOT_READY
+
+log = logging.getLogger(__name__)
+
+
+class Untaint:
+    """Removes the taint of ``node`` once ``registered()`` holds, through ``remove`` (True: there was one)."""
+
+    def __init__(self, node: str, registered: Callable[[], bool], remove: Callable[[str], bool], *,
+                 poll: float = 1.0, retry: float = 10.0) -> None:
+        self._node, self._registered, self._remove = node, registered, remove
+        self._poll, self._retry = poll, retry
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cmk-untaint", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self._registered():
+                self._stop.wait(self._poll)
+                continue
+            try:
+                removed = self._remove(self._node)
+            except Exception as err:  # noqa: BLE001 - any client or API error: say it, try again later
+                log.warning("cannot remove taint %s from node %s: %s (retrying in %g s)",
+                            POOLS_NOT_READY, self._node, err, self._retry)
+                self._stop.wait(self._retry)
+                continue
+            if removed:
+                log.info("pools registered: removed taint %s from node %s", POOLS_NOT_READY, self._node)
+            else:
+                log.info("pools registered: node %s has no taint %s", self._node, POOLS_NOT_READY)
+            return
