@@ -121,9 +121,26 @@ def test_no_host_proc_anywhere_but_the_irq_masks_of_the_irq_steering_overlay(whe
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
-def test_no_api_permissions_are_granted(kustomization: str) -> None:
-    kinds = {obj["kind"] for obj in render(kustomization)}
-    assert not kinds & RBAC_KINDS
+def test_the_one_api_permission_is_patching_nodes_and_comes_with_the_policy_narrowing_it(kustomization: str) -> None:
+    """deploy/admission alone grants anything: get and patch nodes to cmk-system's service accounts, each held
+    by a policy bound with Deny that matches exactly those accounts (deploy/admission/untaint.yaml)."""
+    rendered = render(kustomization)
+    rbac = sorted((o["kind"], o["metadata"]["name"]) for o in rendered if o["kind"] in RBAC_KINDS)
+    if kustomization != "admission":
+        assert not rbac
+    else:
+        assert rbac == [("ClusterRole", "cmk-deviceplugin-untaint"), ("ClusterRoleBinding", "cmk-deviceplugin-untaint")]
+        (role,) = objects("ClusterRole", kustomization)
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+        (binding,) = objects("ClusterRoleBinding", kustomization)
+        (group,) = [s["name"] for s in binding["subjects"]]
+        assert group == "system:serviceaccounts:cmk-system"
+        (policy,) = [p for p in objects("ValidatingAdmissionPolicy", kustomization)
+                     if p["metadata"]["name"] == binding["roleRef"]["name"]]
+        assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [f"'{group}' in request.userInfo.groups"]
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        assert any(b["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+                   for b in objects("ValidatingAdmissionPolicyBinding", kustomization))
     for account in objects("ServiceAccount", kustomization):
         assert account["automountServiceAccountToken"] is False
     for _, spec in all_pod_specs():

@@ -39,9 +39,15 @@ cmk.intel.com/node-group: {{ .Values.nodeGroup }}
 {{- printf "%s-%s" (index . 0) ($hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t") -}}
 {{- end }}
 
-{{/* The `config` value as the daemon's --config file, and the name of the ConfigMap holding it. */}}
+{{/* The `config` value as the daemon's --config file, and the name of the ConfigMap holding it: deploy/base's
+config.yaml as written (its comments show the pool size keys) while the value is that file's, else the value. */}}
 {{- define "cmk.configText" -}}
+{{- $base := .Files.Get "base/config.yaml" }}
+{{- if eq (toYaml .Values.config) (toYaml (fromYaml $base)) }}
+{{- $base }}
+{{- else }}
 {{- printf "%s\n" (toYaml .Values.config) }}
+{{- end }}
 {{- end }}
 
 {{- define "cmk.configName" -}}
