@@ -1,7 +1,7 @@
 """Once every pool is registered with the kubelet, the node's ``cmk.intel.com/pools-not-ready`` taint goes.
 
 A thread of its own, so the supervisor's loop never waits on the API server: it polls the
-daemon's registration, then removes the taint (retrying while the API server refuses or is away),
+daemon's registration, then removes the taint (retrying, from 10 s up to every 5 min, while the API server refuses or is away),
 then ends. It never sets the taint: that is the operator's, before the daemon runs on the node.
 """
 
@@ -20,9 +20,9 @@ class Untaint:
     """Removes the taint of ``node`` once ``registered()`` holds, through ``remove`` (True: there was one)."""
 
     def __init__(self, node: str, registered: Callable[[], bool], remove: Callable[[str], bool], *,
-                 poll: float = 1.0, retry: float = 10.0) -> None:
+                 poll: float = 1.0, retry: float = 10.0, retry_max: float = 300.0) -> None:
         self._node, self._registered, self._remove = node, registered, remove
-        self._poll, self._retry = poll, retry
+        self._poll, self._retry, self._retry_max = poll, retry, retry_max
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cmk-untaint", daemon=True)
 
@@ -35,6 +35,7 @@ class Untaint:
             self._thread.join(5)
 
     def _run(self) -> None:
+        retry = self._retry
         while not self._stop.is_set():
             if not self._registered():
                 self._stop.wait(self._poll)
@@ -43,8 +44,9 @@ class Untaint:
                 removed = self._remove(self._node)
             except Exception as err:  # noqa: BLE001 - any client or API error: say it, try again later
                 log.warning("cannot remove taint %s from node %s: %s (retrying in %g s)",
-                            POOLS_NOT_READY, self._node, err, self._retry)
-                self._stop.wait(self._retry)
+                            POOLS_NOT_READY, self._node, err, retry)
+                self._stop.wait(retry)
+                retry = min(retry * 2, self._retry_max)
                 continue
             if removed:
                 log.info("pools registered: removed taint %s from node %s", POOLS_NOT_READY, self._node)

@@ -95,8 +95,7 @@ def node_with_images(work: Path) -> Iterator[Node]:
     binaries = cluster_bin()
     product, archive = product_archive(work / "product.tar")
     archives = [pause_archive(binaries / "pause", work / "pause.tar"), busybox_archive(work / "busybox.tar"), archive]
-    with running_node(binaries, work / "logs", archives) as up:
+    with running_node(binaries, work / "logs", archives, product_image=product) as up:
         for path in archives:
             path.unlink()
-        up.product_image = product
         yield up

@@ -22,6 +22,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -38,6 +39,7 @@ from types import FrameType
 from typing import Any, Self
 
 from api.constants import DEVICE_PLUGIN_DIR, KUBELET_SOCKET_NAME
+from tests.cluster import readme
 
 NODE_NAME = "cmk-cluster-node"
 #: a private /24 nobody else on these machines uses, on a bridge of our own
@@ -47,6 +49,9 @@ SERVICE_RANGE = "10.213.8.0/24"
 PAUSE_IMAGE = "localhost/cmk-cluster/pause:3.10"
 BUSYBOX_IMAGE = "localhost/cmk-cluster/busybox:static"
 CGROUP_V1 = Path("/sys/fs/cgroup")
+#: README's variables for its node preparation here: pool sizes any node of two cores or more can have
+PREPARED = {"REGISTRY": readme.REGISTRY, "NODE": NODE_NAME, "THREADS_PER_CORE": "1", "EXCLUSIVE_CORES": "1",
+            "SHARED_CORES": "0"}
 #: Paths upstream does not let us move. Teardown removes each one the tier created (it did not exist
 #: before the node came up); one that existed is left, minus the entries the tier added.
 FIXED_PATHS = (
@@ -536,6 +541,8 @@ class Node(ControlPlane):
         self._containerd()
         for archive in images:
             self.ctr("images", "import", "--local", str(archive))
+        # containerd runs the base spec's hook only for containers the kubelet starts: the pinner goes in first
+        self._prepare_from_the_image()
         self._kubelet()
 
     def _containerd(self) -> None:
@@ -551,7 +558,6 @@ class Node(ControlPlane):
                          "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]],
                                   "dataDir": str(self.path("cni", "ipam"))}}],
         }))
-        self._install_pinner()
         self._node_wide_hook_spec(d / "cmk-base-spec.json")
         runtime = 'plugins."io.containerd.cri.v1.runtime"'
         (d / "config.toml").write_text(f"""\
@@ -597,14 +603,26 @@ state = "{d / 'state'}"
                                              "--log-level=info"])
         self._wait(process, "containerd answering", lambda: self.ctr("version", check=False).returncode == 0, 60)
 
-    def _install_pinner(self) -> None:
-        """The order docs/user/node-wide-hook.md gives containerd: the hook's binary on the node before the base spec names it."""
-        root = Path(__file__).resolve().parents[2]
-        result = subprocess.run([sys.executable, "-m", "deviceplugin", "install", "--install-dir", str(self.install_dir),
-                                 "--config", str(root / "deploy" / "base" / "config.yaml")],
-                                cwd=root, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise ComponentFailed(f"cmk install on the node: {result.stderr}")
+    def _prepare_from_the_image(self) -> None:
+        """README's step 2 on this node, from the product image through the node's containerd: the pinner in the
+        install dir (before the kubelet runs a container the base spec's hook covers), and ``cmk host-config``.
+
+        As written, less the pull (the image is imported, under README's name) and with the node's own ``ctr``
+        socket and install dir in place of ``ctr``'s default and ``/opt/bin``.
+        """
+        self.ctr("images", "tag", self.product_image, readme.image())
+        ctr = f"{self.bin / 'ctr'} --address {self.containerd_socket}"
+        for line in readme.block("node").splitlines():
+            if " image pull " in line:
+                continue
+            command = re.sub(r"(^|&& )ctr ", rf"\g<1>{ctr} ", line).replace("/opt/bin", str(self.install_dir))
+            result = subprocess.run(["bash", "-c", readme.variables(PREPARED) + command],
+                                    capture_output=True, text=True, timeout=300, check=False)
+            if result.returncode != 0:
+                raise ComponentFailed(f"README's node preparation: {command}: status {result.returncode}\n"
+                                      f"{result.stdout[-1500:]}{result.stderr[-1500:]}")
+        if not (self.install_dir / "cmk").is_file():
+            raise ComponentFailed(f"README's node preparation put no pinner in {self.install_dir}")
 
     def _node_wide_hook_spec(self, target: Path) -> None:
         target.write_text(json.dumps(node_wide_base_spec(self.bin, self.install_dir), indent=2))
@@ -805,7 +823,7 @@ state = "{d / 'state'}"
 
 
 @contextlib.contextmanager
-def running_node(bin_dir: Path, logs: Path, images: Sequence[Path], *,
+def running_node(bin_dir: Path, logs: Path, images: Sequence[Path], *, product_image: str,
                  kubelet_socket: Path = KUBELET_SOCKET) -> Iterator[Node]:
     """A node that is up for the ``with`` body and gone after, whatever happened during bring-up,
     and gone too at SIGTERM or SIGINT (:class:`SignalTeardown`).
@@ -824,14 +842,14 @@ def running_node(bin_dir: Path, logs: Path, images: Sequence[Path], *,
         for lock in locks:
             fcntl.flock(lock, fcntl.LOCK_EX)
         refuse_a_held_kubelet_socket(kubelet_socket)
-        yield from _node(bin_dir, logs, images)
+        yield from _node(bin_dir, logs, images, product_image)
     finally:
         for lock in locks:
             os.close(lock)
 
 
-def _node(bin_dir: Path, logs: Path, images: Sequence[Path]) -> Iterator[Node]:
-    node = Node(bin_dir, logs)
+def _node(bin_dir: Path, logs: Path, images: Sequence[Path], product_image: str) -> Iterator[Node]:
+    node = Node(bin_dir, logs, product_image=product_image)
     with SignalTeardown(node.down) as teardown:
         try:
             node.up(images)
