@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -132,6 +133,25 @@ def test_the_config_value_is_the_daemons_config_and_a_change_renames_its_configm
                                                          "num-exclusive-cores": 2}
 
 
+def test_per_node_sections_in_the_config_value_give_each_node_its_own_plan(tmp_path: Path) -> None:
+    """docs/user/node-groups.md's default:/nodes: through Helm values: the chart's other config keys go under
+    default:, and the daemon's own reader picks each node's section from the ConfigMap."""
+    from deviceplugin.cli.configfile import read_config
+
+    docs = template('config.nodes=[{"names": ["edge-*"], "config": {"num-exclusive-cores": 2}}]',
+                    'config.default={"shared-slots": 40}')
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in d["data"]]
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
+    assert yaml.safe_load(cm["data"]["config.yaml"]) == {
+        "default": {**defaults, "shared-slots": 40},
+        "nodes": [{"names": ["edge-*"], "config": {"num-exclusive-cores": 2}}]}
+    path = tmp_path / "config.yaml"
+    path.write_text(cm["data"]["config.yaml"])
+    edge, other = read_config(path, "edge-1"), read_config(path, "core-1")
+    assert (edge.section, edge.values["num_exclusive_cores"], edge.values["shared_slots"]) == ("nodes[0]", 2, 40)
+    assert (other.section, "num_exclusive_cores" in other.values, other.values["shared_slots"]) == ("default", False, 40)
+
+
 def test_scheduling_image_and_resources_values_reach_the_daemonset() -> None:
     docs = template('image={"repository": "registry.example/cmk", "tag": "9.9.9", "pullPolicy": "Always"}',
                     'tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]',
@@ -211,4 +231,4 @@ def test_the_schema_knows_every_config_key_but_the_paths_the_daemonset_sets() ->
     (daemon,) = ds["spec"]["template"]["spec"]["containers"]
     set_by_args = {arg.split("=", 1)[0].removeprefix("--") for arg in daemon["args"] if arg.startswith("--")}
     roots = {"sysfs-root", "procfs-root"}  # the container's own /sys and /proc, as the DaemonSet says
-    assert set(schema["properties"]) == set(FILE_KEYS) - set_by_args - roots
+    assert set(schema["properties"]) == set(FILE_KEYS) - set_by_args - roots | {"default", "nodes"}

@@ -45,6 +45,13 @@ config.yaml as written (its comments show the pool size keys) while the value is
 {{- $base := .Files.Get "base/config.yaml" }}
 {{- if eq (toYaml .Values.config) (toYaml (fromYaml $base)) }}
 {{- $base }}
+{{- else if or (hasKey .Values.config "default") (hasKey .Values.config "nodes") }}
+{{- /* per-node sections (docs/user/node-groups.md): the flat keys, the chart's defaults among them, go under default: */}}
+{{- $sections := dict "default" (merge (dict) (.Values.config.default | default dict) (omit .Values.config "default" "nodes")) }}
+{{- with .Values.config.nodes }}
+{{- $_ := set $sections "nodes" . }}
+{{- end }}
+{{- printf "%s\n" (toYaml $sections) }}
 {{- else }}
 {{- printf "%s\n" (toYaml .Values.config) }}
 {{- end }}
