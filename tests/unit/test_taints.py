@@ -25,3 +25,32 @@ def test_every_copy_goes_whatever_its_effect() -> None:
 @pytest.mark.parametrize("taints", [[], [OTHER]])
 def test_a_node_without_the_taint_gets_no_patch(taints: list[dict[str, str]]) -> None:
     assert untaint_patch(taints) is None
+
+
+def test_the_taint_goes_only_once_the_pools_are_registered_and_a_refusal_is_tried_again(caplog) -> None:
+    import logging
+    import threading
+
+    from deviceplugin.daemon.untaint import Untaint
+
+    registered = threading.Event()
+    done = threading.Event()
+    calls: list[bool] = []
+
+    def remove(node: str) -> bool:
+        calls.append(registered.is_set())
+        if len(calls) == 1:
+            raise RuntimeError("403 Forbidden: nodes is forbidden")
+        done.set()
+        return True
+
+    caplog.set_level(logging.INFO, logger="deviceplugin.daemon.untaint")
+    untaint = Untaint("n1", registered.is_set, remove, poll=0.01, retry=0.01)
+    untaint.start()
+    registered.set()
+    assert done.wait(10)
+    untaint.stop()
+    assert calls == [True, True]
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0].startswith(f"cannot remove taint {POOLS_NOT_READY} from node n1: 403 Forbidden")
+    assert messages[-1] == f"pools registered: removed taint {POOLS_NOT_READY} from node n1"
