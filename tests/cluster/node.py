@@ -823,7 +823,7 @@ state = "{d / 'state'}"
 
 
 @contextlib.contextmanager
-def running_node(bin_dir: Path, logs: Path, images: Sequence[Path], *, product_image: str,
+def running_node(bin_dir: Path, logs: Path, images: Sequence[Path], *, product_image: str = "",
                  kubelet_socket: Path = KUBELET_SOCKET) -> Iterator[Node]:
     """A node that is up for the ``with`` body and gone after, whatever happened during bring-up,
     and gone too at SIGTERM or SIGINT (:class:`SignalTeardown`).
