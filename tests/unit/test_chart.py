@@ -1,5 +1,5 @@
 """The Helm chart renders deploy/'s own objects: with the default values what ``kubectl kustomize deploy/base``
-renders (the Namespace left to ``helm install --create-namespace``), so the chart and the base never drift.
+renders (the Namespace left to README's ``kubectl apply -f deploy/base/namespace.yaml``), so the chart and the base never drift.
 
 Rendering is the real ``helm template`` and ``helm lint`` (helm from ``.ci/build-cluster``, as the
 cluster tier's components; on PATH in CI), compared object by object, parsed.
