@@ -42,7 +42,7 @@ class Untaint:
                 continue
             try:
                 removed = self._remove(self._node)
-            except Exception as err:  # noqa: BLE001 - any client or API error: say it, try again later
+            except Exception as err:  # noqa: BLE001 - the API server's refusal or any surprise: say it, try again later
                 log.warning("cannot remove taint %s from node %s: %s (retrying in %g s)",
                             POOLS_NOT_READY, self._node, err, retry)
                 self._stop.wait(retry)
