@@ -13,7 +13,7 @@ import pytest
 from api.podresources.v1 import podresources_pb2 as pb
 from deviceplugin.cli.flags import parse_address
 from deviceplugin.errors import CmkError
-from deviceplugin.events import Allocation, EventLog
+from deviceplugin.events import Allocation, EventLog, Observer, Observers
 from deviceplugin.host.nfd import (
     FEATURE_FILE,
     check_label,
@@ -183,6 +183,26 @@ def test_a_plain_logging_call_with_extra_fields_renders_them_too():
     logging.getLogger("x").info("rebalanced", extra={"event": "rebalanced", "pool": "shared", "moved": 2})
     (line,) = stream.getvalue().splitlines()
     assert line.endswith(" level=info logger=x event=rebalanced pool=shared moved=2 msg=rebalanced")
+
+
+def test_an_observer_that_fails_is_logged_and_the_next_is_still_told(caplog):
+    class Broken(Observer):
+        def allocated(self, allocation: Allocation, seconds: float) -> None:
+            raise RuntimeError("broken metric")
+
+    class Seen(Observer):
+        def __init__(self) -> None:
+            self.allocations: list[Allocation] = []
+
+        def allocated(self, allocation: Allocation, seconds: float) -> None:
+            self.allocations.append(allocation)
+
+    seen = Seen()
+    allocation = Allocation("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-0.8",), "0,8")
+    Observers(Broken(), seen).allocated(allocation, 0.001)
+    assert seen.allocations == [allocation]
+    (failed,) = caplog.records
+    assert failed.levelname == "ERROR" and failed.getMessage() == "observer Broken failed" and failed.exc_info
 
 
 def test_a_traceback_stays_on_one_line():
