@@ -1,7 +1,7 @@
 """The daemon's operator-facing lines and the few notifications that drive code: no catalogue.
 
 A log line is one call where the thing happens, on the module's
-:class:`EventLog`: ``log.info("serving", f"serving {resource} ...", resource=resource)``.
+:class:`EventLog`: ``events.info("serving", f"serving {resource} ...", resource=resource)``.
 The record carries ``event`` and each field as attributes (stdlib ``extra``),
 which :mod:`deviceplugin.observe.logs` renders as ``key=value`` or JSON and
 tests read from ``caplog``. What metrics, the allocation resolver or IRQ
