@@ -7,13 +7,13 @@ then ends. It never sets the taint: that is the operator's, before the daemon ru
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 
+from deviceplugin.events import EventLog
 from deviceplugin.model.taints import POOLS_NOT_READY
 
-log = logging.getLogger(__name__)
+events = EventLog(__name__)
 
 
 class Untaint:
@@ -43,13 +43,16 @@ class Untaint:
             try:
                 removed = self._remove(self._node)
             except Exception as err:  # noqa: BLE001 - the API server's refusal or any surprise: say it, try again later
-                log.warning("cannot remove taint %s from node %s: %s (retrying in %g s)",
-                            POOLS_NOT_READY, self._node, err, retry)
+                events.warning("taint_unremoved", f"cannot remove taint {POOLS_NOT_READY} from node {self._node}: "
+                               f"{err} (retrying in {retry:g} s)", node=self._node, taint=POOLS_NOT_READY,
+                               error=str(err), retry_seconds=retry)
                 self._stop.wait(retry)
                 retry = min(retry * 2, self._retry_max)
                 continue
             if removed:
-                log.info("pools registered: removed taint %s from node %s", POOLS_NOT_READY, self._node)
+                events.info("taint_removed", f"pools registered: removed taint {POOLS_NOT_READY} from node {self._node}",
+                            node=self._node, taint=POOLS_NOT_READY)
             else:
-                log.info("pools registered: node %s has no taint %s", self._node, POOLS_NOT_READY)
+                events.info("taint_absent", f"pools registered: node {self._node} has no taint {POOLS_NOT_READY}",
+                            node=self._node, taint=POOLS_NOT_READY)
             return

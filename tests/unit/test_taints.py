@@ -51,6 +51,7 @@ def test_the_taint_goes_only_once_the_pools_are_registered_and_a_refusal_is_trie
     assert done.wait(10)
     untaint.stop()
     assert calls == [True, True]
-    messages = [r.getMessage() for r in caplog.records]
-    assert messages[0].startswith(f"cannot remove taint {POOLS_NOT_READY} from node n1: 403 Forbidden")
-    assert messages[-1] == f"pools registered: removed taint {POOLS_NOT_READY} from node n1"
+    lines = [(r.event, r.node, r.getMessage()) for r in caplog.records]  # type: ignore[attr-defined]
+    assert lines[0][:2] == ("taint_unremoved", "n1")
+    assert lines[0][2].startswith(f"cannot remove taint {POOLS_NOT_READY} from node n1: 403 Forbidden")
+    assert lines[-1] == ("taint_removed", "n1", f"pools registered: removed taint {POOLS_NOT_READY} from node n1")
