@@ -28,31 +28,34 @@ class NodeApiError(Exception):
     """The API server refused or could not be reached: what was asked and why, on one line."""
 
 
-def in_cluster() -> bool:
+def in_cluster(account: Path = SERVICE_ACCOUNT) -> bool:
     """True in a pod that can reach the API server with a token (the DaemonSet's daemon container)."""
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT / "token").exists()
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (account / "token").exists()
 
 
-def remove_pools_not_ready(node_name: str) -> bool:
-    """Remove the node's pools-not-ready taint; False if it had none. Raises :class:`NodeApiError`."""
-    node = _request("GET", node_name)
+def remove_pools_not_ready(node_name: str, account: Path = SERVICE_ACCOUNT) -> bool:
+    """Remove the node's pools-not-ready taint; False if it had none. Raises :class:`NodeApiError`.
+
+    ``account``: the directory holding the service account's ``token`` and the cluster's ``ca.crt``.
+    """
+    node = _request("GET", node_name, account)
     patch = untaint_patch(node.get("spec", {}).get("taints") or [])
     if patch is None:
         return False
-    _request("PATCH", node_name, patch)
+    _request("PATCH", node_name, account, patch)
     return True
 
 
-def _request(method: str, node_name: str, body: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _request(method: str, node_name: str, account: Path, body: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
     url = f"https://{f'[{host}]' if ':' in host else host}:{port}/api/v1/nodes/{quote(node_name, safe='')}"
     headers = {"Accept": "application/json",
                # read at every request: the kubelet rotates a projected token
-               "Authorization": f"Bearer {(SERVICE_ACCOUNT / 'token').read_text().strip()}"}
+               "Authorization": f"Bearer {(account / 'token').read_text().strip()}"}
     data = None
     if body is not None:
         data, headers["Content-Type"] = json.dumps(body).encode(), "application/json-patch+json"
-    context = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT / "ca.crt"))
+    context = ssl.create_default_context(cafile=str(account / "ca.crt"))
     # no proxy from the environment: the API server is the cluster's own address
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
     try:
