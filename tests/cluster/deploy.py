@@ -35,6 +35,7 @@ NAMESPACE = "cmk-system"
 DAEMONSET = "cmk-deviceplugin"
 RESOURCE_PREFIX = "cmk.intel.com/"
 PRODUCT_PREFIX = "localhost/cmk-deviceplugin:"
+DAEMON_PODS = "app.kubernetes.io/component=daemon,app.kubernetes.io/name=cmk-deviceplugin"
 
 
 def node_paths(node: Node) -> dict[str, str]:
@@ -182,6 +183,18 @@ def deploy_product(node: Node) -> Deployment:
                              "describe", "--config", "/etc/cmk/config.yaml", "--output", "json",
                              "--usage-window", "0")
     return Deployment(node, overlay, json.loads(described.stdout))
+
+
+def daemon_pods(node: Node) -> set[str]:
+    return {p["metadata"]["uid"] for p in node.kubectl_json("-n", NAMESPACE, "get", "pods", "-l", DAEMON_PODS)["items"]}
+
+
+def remove_kustomize_deploy(node: Node) -> None:
+    """The session's deployment less its namespace: a second DaemonSet would only wait for the node lock."""
+    node.kubectl("-n", NAMESPACE, "delete", "daemonset,configmap,serviceaccount,networkpolicy",
+                 "-l", "app.kubernetes.io/part-of=cmk-deviceplugin", "--cascade=foreground", "--wait=true",
+                 "--timeout=120s", timeout=150)
+    wait_for("the daemon pods are gone", lambda: not daemon_pods(node), 120)
 
 
 def overlay_changes(node: Node, overlay: Path) -> list[tuple[str, Any, Any]]:

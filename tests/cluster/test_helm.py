@@ -25,10 +25,12 @@ from tests.cluster.deploy import (
     NAMESPACE,
     Deployment,
     PinnedState,
+    daemon_pods,
     delete_pod,
     node_paths,
     node_shows_registered,
     pinned_state,
+    remove_kustomize_deploy,
     rollout,
     start_pinned_pod,
 )
@@ -37,7 +39,6 @@ from tests.cluster.node import NODE_NAME, Node, wait_for
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "cmk-deviceplugin"
 RELEASE = "cmk-deviceplugin"
-DAEMON_PODS = "app.kubernetes.io/component=daemon,app.kubernetes.io/name=cmk-deviceplugin"
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 KUBELET_OWN = {"kubelet.sock", "kubelet_internal_checkpoint"}  # its plugin and pod resources sockets
 
@@ -67,18 +68,6 @@ class Tier:
         return ["--set", f"image.repository={name}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
                 "--set", f"threadsPerCore={self.deployed.threads_per_core}",
                 "--post-renderer", str(self.renderer)]
-
-
-def daemon_pods(node: Node) -> set[str]:
-    return {p["metadata"]["uid"] for p in node.kubectl_json("-n", NAMESPACE, "get", "pods", "-l", DAEMON_PODS)["items"]}
-
-
-def remove_kustomize_deploy(node: Node) -> None:
-    """The session's deployment less its namespace: a second DaemonSet would only wait for the node lock."""
-    node.kubectl("-n", NAMESPACE, "delete", "daemonset,configmap,serviceaccount,networkpolicy",
-                 "-l", "app.kubernetes.io/part-of=cmk-deviceplugin", "--cascade=foreground", "--wait=true",
-                 "--timeout=120s", timeout=150)
-    wait_for("the daemon pods are gone", lambda: not daemon_pods(node), 120)
 
 
 @pytest.fixture(scope="module")

@@ -28,19 +28,21 @@ from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.model.taints import POOLS_NOT_READY
 from tests.cluster import readme
 from tests.cluster.deploy import (
+    DAEMON_PODS,
     DEPLOY,
     NAMESPACE,
     Deployment,
     container_ids,
+    daemon_pods,
     delete_pod,
     devices_of,
     node_paths,
+    remove_kustomize_deploy,
     rollout,
     start_pinned_pod,
     view,
 )
 from tests.cluster.node import NODE_NAME, Node, wait_for
-from tests.cluster.test_helm import DAEMON_PODS, daemon_pods, remove_kustomize_deploy
 
 ROOT = Path(__file__).resolve().parents[2]
 LABEL = "cmk.intel.com/cpu-pools"
