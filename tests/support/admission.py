@@ -451,6 +451,12 @@ def _evaluate(policy: Mapping[str, Any], data: dict[str, Any]) -> list[str]:
     return messages
 
 
+def validate(policy: Mapping[str, Any], data: dict[str, Any]) -> list[str]:
+    """One policy's failed validations' messages for request ``data`` made by hand (``object``, ``oldObject``,
+    ``request``): for the policies on other kinds than pods, such as the untaint policy's nodes."""
+    return _evaluate(policy, dict(data))
+
+
 def denials(objects: Sequence[Mapping[str, Any]], request: Request) -> list[str]:
     """Every denial the cluster's policies give the request, as the API server words them.
 
