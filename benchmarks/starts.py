@@ -44,7 +44,7 @@ def report(title: str, rows: Mapping[str, list[float]], base: str, other: str) -
 
 def installed_pinner(work_dir: Path) -> Path:
     """The static binary built if needed and installed as ``cmk install`` does, under ``work_dir``."""
-    from deviceplugin.host.install import install_pinner
+    from deviceplugin.host.installedpinner import install_pinner
     from pinner.build import DEFAULT_OUTPUT, build
 
     if not DEFAULT_OUTPUT.is_file():

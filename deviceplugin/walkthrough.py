@@ -32,7 +32,12 @@ from typing import TextIO
 
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.errors import CmkError
-from deviceplugin.host.install import BUILD_DOCS, built_pinner, install_pinner, unbuilt
+from deviceplugin.host.installedpinner import (
+    BUILD_DOCS,
+    built_pinner,
+    install_pinner,
+    unbuilt,
+)
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.answers import ENV_NAMES
 from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list

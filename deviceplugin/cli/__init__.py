@@ -36,7 +36,7 @@ def static_pinner(command: str, args: list[str], binary: Path | None = None) -> 
     """``cmk isolate`` and ``cmk hook`` are the static pinner's (containers and the runtime may lack Python): exec it."""
     import os
 
-    from deviceplugin.host.install import BUILD_DOCS, built_pinner, unbuilt
+    from deviceplugin.host.installedpinner import BUILD_DOCS, built_pinner, unbuilt
     from deviceplugin.model.pinnercontract import (
         HOOK_HELP,
         HOOK_PROG,

@@ -28,11 +28,11 @@ from deviceplugin.cli.flags import (
     plan_options,
     pod_resources_socket,
 )
-from deviceplugin.host.install import built_pinner, unbuilt_note
+from deviceplugin.host.installedpinner import built_pinner, unbuilt_note
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.hostsettings import host_config_disagreement
 from deviceplugin.model.node import plan_node
-from deviceplugin.view.describe import config_data, describe_data, render_table
+from deviceplugin.view.report import config_data, describe_data, render_table
 
 if TYPE_CHECKING:
     from deviceplugin.model.cpustats import Place

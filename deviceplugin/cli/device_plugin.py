@@ -29,7 +29,7 @@ from deviceplugin.cli.configfile import (
 from deviceplugin.cli.flags import DAEMON_FLAGS, add_flags, plan_options
 from deviceplugin.errors import CmkError
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
-from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.installedpinner import DEFAULT_INSTALL_DIR
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
 from deviceplugin.model.plan import PlanOptions
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from api.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
-from deviceplugin.host.install import (
+from deviceplugin.host.installedpinner import (
     DEFAULT_INSTALL_DIR,
     checked_hooks_dir,
     checked_install_dir,

@@ -1,4 +1,4 @@
-"""``cmk install``: put the self-contained pinner into the host's install directory (:mod:`deviceplugin.host.install`).
+"""``cmk install``: put the self-contained pinner into the host's install directory (:mod:`deviceplugin.host.installedpinner`).
 
 Beside it, the node-wide hook's files (:mod:`deviceplugin.host.nodewide`): the
 hooks.d declaration (also into ``--hooks-dir``, where podman and CRI-O read it)
@@ -22,7 +22,11 @@ from deviceplugin.cli.flags import (
     plan_options,
 )
 from deviceplugin.errors import CmkError
-from deviceplugin.host.install import DEFAULT_INSTALL_DIR, built_pinner, install_pinner
+from deviceplugin.host.installedpinner import (
+    DEFAULT_INSTALL_DIR,
+    built_pinner,
+    install_pinner,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

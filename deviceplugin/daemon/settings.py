@@ -7,7 +7,7 @@ from pathlib import Path
 
 from api.constants import DEVICE_PLUGIN_DIR, validate_device_id, validate_resource_name
 from deviceplugin.errors import CmkError
-from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.installedpinner import DEFAULT_INSTALL_DIR
 from deviceplugin.host.irqs import DEFAULT_IRQ_DIR, DEFAULT_IRQBALANCE_DIR
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.plan import PlanOptions, Pool
@@ -36,7 +36,7 @@ class DaemonSettings:
     config_problem: str | None = None
     #: Mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota of containers holding only them.
     unthrottle_exclusive: bool = True
-    #: Pools whose held CPUs device interrupts are kept off (:mod:`deviceplugin.daemon.irqs`); empty: none.
+    #: Pools whose held CPUs device interrupts are kept off (:mod:`deviceplugin.daemon.irqsteerer`); empty: none.
     irq_steering: frozenset[Pool] = frozenset()
     #: The IRQ masks steering writes, and where a running irqbalance listens (it owns the masks then).
     irq_dir: Path = DEFAULT_IRQ_DIR

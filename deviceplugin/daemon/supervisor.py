@@ -15,7 +15,7 @@ from api.constants import KUBELET_SOCKET_NAME
 from deviceplugin.daemon import nodefiles
 from deviceplugin.daemon.cpumanager import CpuManager
 from deviceplugin.daemon.held import HeldCores
-from deviceplugin.daemon.irqs import IrqSteering
+from deviceplugin.daemon.irqsteerer import IrqSteering
 from deviceplugin.daemon.serving import PoolServers
 from deviceplugin.daemon.settings import DaemonSettings, check_tree
 from deviceplugin.daemon.wakes import HandedOut, Item, SocketGone, Wake, Wakes

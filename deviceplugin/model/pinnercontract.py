@@ -9,7 +9,7 @@ are plain classes of ints, distinct by name.
 from __future__ import annotations
 
 
-class Pool:
+class PinnerPool:
     """One pool as the pinners see it: the env its Allocate answer sets and the resource to request."""
 
     __slots__ = ("env", "name", "resource", "socket_aware")
@@ -22,22 +22,22 @@ class Pool:
         self.socket_aware = socket_aware
 
     def __repr__(self) -> str:
-        return f"Pool({self.name!r}, {self.env!r}, {self.resource!r}, {self.socket_aware!r})"
+        return f"PinnerPool({self.name!r}, {self.env!r}, {self.resource!r}, {self.socket_aware!r})"
 
 
 #: By name, in the order the pinners list them.
-POOLS: dict[str, Pool] = {
+POOLS: dict[str, PinnerPool] = {
     pool.name: pool
     for pool in (
-        Pool("exclusive", "CMK_CPUS_EXCLUSIVE", "cmk.intel.com/exclusive-cores", True),
-        Pool(
+        PinnerPool("exclusive", "CMK_CPUS_EXCLUSIVE", "cmk.intel.com/exclusive-cores", True),
+        PinnerPool(
             "exclusive-non-isolcpus",
             "CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS",
             "cmk.intel.com/exclusive-non-isolcpus-cores",
             True,
         ),
-        Pool("shared", "CMK_CPUS_SHARED", "cmk.intel.com/shared", True),
-        Pool("infra", "CMK_CPUS_INFRA", "cmk.intel.com/infra", False),
+        PinnerPool("shared", "CMK_CPUS_SHARED", "cmk.intel.com/shared", True),
+        PinnerPool("infra", "CMK_CPUS_INFRA", "cmk.intel.com/infra", False),
     )
 }
 POOL_NAMES = ", ".join(POOLS)

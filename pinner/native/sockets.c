@@ -273,7 +273,7 @@ static int derived_packages(const char *root, long *derived, cmk_error *err)
 }
 
 /* "none of the POOL pool's CPUs (LIST) is on socket N (they are on socket A,B): ...". */
-static int on_no_socket(const struct pool *p, const cpuset *cpus, long socket_id, const long *packages,
+static int on_no_socket(const struct pinner_pool *p, const cpuset *cpus, long socket_id, const long *packages,
                         size_t npackages, cmk_error *err)
 {
     s_add(&err->msg, "none of the ");
@@ -287,7 +287,7 @@ static int on_no_socket(const struct pool *p, const cpuset *cpus, long socket_id
     return cmk_fail(err, EXIT_SOCKET);
 }
 
-int on_socket(const struct pool *p, cpuset *cpus, long socket_id, const char *root, cmk_error *err)
+int on_socket(const struct pinner_pool *p, cpuset *cpus, long socket_id, const char *root, cmk_error *err)
 {
     long packages[64];
     size_t npackages = 0;

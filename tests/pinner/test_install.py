@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.errors import CmkError
-from deviceplugin.host.install import install_pinner
+from deviceplugin.host.installedpinner import install_pinner
 from deviceplugin.model.pinnercontract import ISOLATE_HELP as HELP
 from tests.support.commands import cmk
 

@@ -11,7 +11,6 @@ import pytest
 from deviceplugin.errors import CmkError
 from deviceplugin.host import lastgood
 from deviceplugin.model.plan import Mode, PlanOptions
-from deviceplugin.standin.answers import ContainerAnswer, Mount
 from deviceplugin.standin.cdiresolve import unresolvable
 from deviceplugin.standin.lifecycle import (
     VERSIONS,
@@ -19,6 +18,7 @@ from deviceplugin.standin.lifecycle import (
     readmission_error,
     replay,
 )
+from deviceplugin.standin.runoptions import ContainerAnswer, Mount
 
 
 @pytest.mark.parametrize(("version", "on"), [("1.28", False), ("1.29", True), ("1.31", True), ("1.36", True)])
