@@ -2,8 +2,9 @@
 
 One table, read by ``pinner/build.py`` to generate the static pinner's
 ``cmk_generated.h``, by the daemon's plan and Allocate answer and by the
-tests, so no two of them can drift. Standard library only (the build imports it); the exit tables
-are plain classes of ints, distinct by name.
+tests, so no two of them can drift. Standard library only: ``setup.py`` imports the build, and so
+this, at package build, before any dependency is installed. The exit tables are plain classes of
+ints, distinct by name.
 """
 
 from __future__ import annotations

@@ -212,7 +212,9 @@ static int package_members(const char *root, unsigned c, cpuset *members, cmk_er
 
 /* derived[cpu]: every online CPU's package number where the kernel gives -1 (else -1), numbered as
  * deviceplugin/model/packages.py's number_packages does: a package one of its CPUs has an id for keeps the lowest
- * such id; the others are numbered after the known ids, in the order of their lowest CPU. */
+ * such id; the others are numbered after the known ids, in the order of their lowest CPU. The rule is written
+ * twice on purpose (docs/dev/layout.md): this binary runs where there is no Python to import it from, and
+ * tests/pinner/test_isolate_sockets.py checks the two agree on every dump. */
 static int derived_packages(const char *root, long *derived, cmk_error *err)
 {
     static cpuset online, members;

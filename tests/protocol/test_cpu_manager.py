@@ -18,6 +18,7 @@ from deviceplugin.events import CpuManagerStatic, CpuManagerUnknown, Event, Even
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool
 from deviceplugin.standin import Kubelet
 from tests.support.commands import cmk
+from tests.support.started import StopAfter
 from tests.support.topologies import fixture_copy
 
 EXCLUSIVE, SHARED, INFRA = (RESOURCE_NAMES[p] for p in (Pool.EXCLUSIVE, Pool.SHARED, Pool.INFRA))
@@ -28,23 +29,18 @@ STATIC_CPUS = [cpu for cpu in range(16) if cpu not in (0, 8)]
 @pytest.fixture
 def serve(plugin_dir: Path, tmp_path: Path) -> Iterator[Callable[[Kubelet, Path | None], tuple[Daemon, list[Event]]]]:
     """An in-process daemon on a copy of xeon_d reading ``socket``, and the events it emitted; stopped after."""
-    started: list[Daemon] = []
+    with StopAfter() as kept:
+        def start(kubelet: Kubelet, socket: Path | None) -> tuple[Daemon, list[Event]]:
+            seen: list[Event] = []
+            events = Events()
+            events.listen(seen.append)
+            sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path / f"dump{len(kept)}")
+            settings = DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
+                                      install_dir="/opt/cmk-test/bin", plan=PlanOptions(num_exclusive_cores=3),
+                                      pod_resources_socket=socket, held_recheck=0.2)
+            return kept.start(Daemon(settings, events=events)), seen
 
-    def start(kubelet: Kubelet, socket: Path | None) -> tuple[Daemon, list[Event]]:
-        seen: list[Event] = []
-        events = Events()
-        events.listen(seen.append)
-        sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path / f"dump{len(started)}")
-        daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
-                                       install_dir="/opt/cmk-test/bin", plan=PlanOptions(num_exclusive_cores=3),
-                                       pod_resources_socket=socket, held_recheck=0.2), events=events)
-        daemon.start()
-        started.append(daemon)
-        return daemon, seen
-
-    yield start
-    for daemon in started:
-        daemon.stop()
+        yield start
 
 
 def registered(kubelet: Kubelet, resources: set[str]) -> None:

@@ -22,6 +22,7 @@ from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.model.plan import PlanOptions
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
+from tests.support.started import StopAfter
 from tests.support.topologies import fixture_copy, take_offline_as_the_kernel_does
 
 INSTALL_DIR = "/opt/cmk-test"
@@ -31,23 +32,17 @@ INSTALL_DIR = "/opt/cmk-test"
 def run_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path) -> Iterator[Callable[..., tuple[Daemon, list]]]:
     """``run_daemon(**plan)``: a daemon on CMK's Xeon D reading the stand-in's pod resources; (daemon, events)."""
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
-    running: list[Daemon] = []
+    with StopAfter() as kept:
+        def run(**plan: object) -> tuple[Daemon, list]:
+            seen: list = []
+            events = Events()
+            events.listen(seen.append)
+            settings = DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
+                                      install_dir=INSTALL_DIR, plan=PlanOptions(**plan),  # type: ignore[arg-type]
+                                      pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1)
+            return kept.start(Daemon(settings, events=events)), seen
 
-    def run(**plan: object) -> tuple[Daemon, list]:
-        seen: list = []
-        events = Events()
-        events.listen(seen.append)
-        daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
-                                       install_dir=INSTALL_DIR, plan=PlanOptions(**plan),  # type: ignore[arg-type]
-                                       pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1),
-                        events=events)
-        daemon.start()
-        running.append(daemon)
-        return daemon, seen
-
-    yield run
-    for daemon in running:
-        daemon.stop()
+        yield run
 
 
 def replace_daemon(kubelet: Kubelet, run: Callable[..., tuple[Daemon, list]], old: Daemon,

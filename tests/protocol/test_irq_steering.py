@@ -24,6 +24,7 @@ from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
+from tests.support.started import StopAfter
 from tests.support.topologies import fixture_copy
 
 ALL = frozenset(range(16))  # cmk-xeon_d: 16 CPUs
@@ -52,25 +53,18 @@ def irq_dir(tmp_path: Path) -> Path:
 def run_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path,
                irq_dir: Path) -> Iterator[Callable[..., tuple[Daemon, list]]]:
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
-    running: list[Daemon] = []
+    with StopAfter() as kept:
+        def run(steering: frozenset[Pool] = frozenset({Pool.EXCLUSIVE})) -> tuple[Daemon, list]:
+            seen: list = []
+            events = Events()
+            events.listen(seen.append)
+            settings = DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
+                                      install_dir="/opt/cmk-test", plan=PlanOptions(num_shared_cores=1),
+                                      pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1,
+                                      irq_steering=steering, irq_dir=irq_dir, irqbalance_dir=tmp_path / "irqbalance")
+            return kept.start(Daemon(settings, events=events)), seen
 
-    def run(steering: frozenset[Pool] = frozenset({Pool.EXCLUSIVE})) -> tuple[Daemon, list]:
-        seen: list = []
-        events = Events()
-        events.listen(seen.append)
-        daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
-                                       install_dir="/opt/cmk-test", plan=PlanOptions(num_shared_cores=1),
-                                       pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1,
-                                       irq_steering=steering, irq_dir=irq_dir,
-                                       irqbalance_dir=tmp_path / "irqbalance"),
-                        events=events)
-        daemon.start()
-        running.append(daemon)
-        return daemon, seen
-
-    yield run
-    for daemon in running:
-        daemon.stop()
+        yield run
 
 
 def hold_a_core(kubelet: Kubelet, name: str = "rt") -> frozenset[int]:
