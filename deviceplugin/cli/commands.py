@@ -71,7 +71,9 @@ def run(argv: list[str]) -> int:
     try:
         return importlib.import_module(args._module).run(args)
     except CmkError as err:
-        print(f"cmk {args.command}: error: {one_line(str(err))}", file=sys.stderr)
+        from deviceplugin.cli.configfile import at_edge
+
+        print(f"cmk {args.command}: error: {one_line(str(at_edge(err, args)))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         return 130
