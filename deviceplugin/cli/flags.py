@@ -26,6 +26,7 @@ from deviceplugin.host.install import (
 )
 from deviceplugin.host.irqs import DEFAULT_IRQ_DIR
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
+from deviceplugin.host.sysfs import DEFAULT_PROCFS_ROOT, DEFAULT_SYSFS_ROOT
 from deviceplugin.model.limits import (
     MAX_SLOTS,
     CpuListError,
@@ -280,9 +281,6 @@ POOLS_SCHEMA: Mapping[str, Any] = {
     "oneOf": [{"type": "array", "uniqueItems": True, "items": {"enum": sorted(str(pool) for pool in CORE_POOLS)}},
               {"type": "string"}],
 }
-
-DEFAULT_SYSFS_ROOT = Path("/sys")
-DEFAULT_PROCFS_ROOT = Path("/proc")
 
 ROOTS = FlagGroup(None, (
     Flag(name="sysfs-root", parse=Path, load=path_value, default=DEFAULT_SYSFS_ROOT, metavar="DIR",
