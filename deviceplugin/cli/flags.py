@@ -152,8 +152,6 @@ def choice_value(kind: type[StrEnum]) -> Callable[[object], Any]:
     return convert
 
 
-
-
 def cpu_set_value(value: object) -> frozenset[int]:
     """A cpu list as text, one integer, or a YAML list of integers."""
     if isinstance(value, list) and all(type(item) is int for item in value):
