@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.host.atomic import write_atomically
 from deviceplugin.model.cdispec import INSTALLED_NAME
 
@@ -119,14 +119,14 @@ def install_pinner(source: Path, install_dir: Path) -> Path:
     try:
         install_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise CmkError(f"cannot create the install directory {install_dir}: {err.strerror}") from None
+        raise CmkError(f"cannot create the install directory {install_dir}: {os_reason(err)}") from None
     target = install_dir / INSTALLED_NAME
     try:
         data = source.read_bytes()
     except OSError as err:
-        raise CmkError(f"cannot read the built pinner {source}: {err.strerror}") from None
+        raise CmkError(f"cannot read the built pinner {source}: {os_reason(err)}") from None
     try:
         write_atomically(target, data, mode=0o755)
     except OSError as err:
-        raise CmkError(f"cannot install {target}: {err.strerror}") from None
+        raise CmkError(f"cannot install {target}: {os_reason(err)}") from None
     return target
