@@ -9,6 +9,7 @@ binary or the new one, never half of one, and a running one keeps its inode.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from deviceplugin.errors import CmkError, os_reason
@@ -89,6 +90,12 @@ def built_pinner() -> Path:
 BUILD_DOCS = "README.md, section Install"
 
 
+def build_command(source: Path) -> str:
+    """The command that builds the pinner where this ``cmk`` looks for it: an installed package's place too,
+    from any directory (run in a checkout, a bare ``python -m pinner.build`` builds into the checkout)."""
+    return f"python -m pinner.build --output {shlex.quote(str(source))}"
+
+
 def unbuilt(source: Path) -> str | None:
     """Why there is no pinner to install, or None when ``source`` is there.
 
@@ -113,7 +120,7 @@ def install_pinner(source: Path, install_dir: Path) -> Path:
     problem = unbuilt(source)
     if problem:
         raise CmkError(
-            f"{problem}: build it with 'python -m pinner.build' (needs musl-tools or a C compiler with a static "
+            f"{problem}: build it with '{build_command(source)}' (needs musl-tools or a C compiler with a static "
             f"libc; {BUILD_DOCS}), then run 'cmk install' again"
         )
     try:
