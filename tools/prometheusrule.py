@@ -55,7 +55,7 @@ def render(rule_files: list[Path] = RULE_FILES, runbook_base: str | None = None)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--check", action="store_true", help="exit 1 if the committed file is out of date")
     parser.add_argument("--runbook-base", metavar="URL", help="the page the alerts' runbook_url points at "
                                                               "(your copy of docs/user/alerts.md)")
