@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
+
+#: The kernel's refusals of a user without root's rights (EACCES: a file's mode; EPERM: a missing capability).
+DENIED = frozenset({errno.EACCES, errno.EPERM})
 
 
 class CmkError(Exception):
@@ -32,3 +36,9 @@ def one_line(text: object) -> str:
     if message.isprintable():
         return message
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in message)
+
+
+def os_reason(err: OSError) -> str:
+    """Why an OS call failed, for a one-line message; a refusal also says the fix (the node's files are root's)."""
+    reason = err.strerror or str(err)
+    return f"{reason} (run as root, or with the capability it needs)" if err.errno in DENIED else reason

@@ -70,6 +70,11 @@ class DemoSettings:
     hold: float = 0.0
     stdin: TextIO | None = None  # a line here ends the hold early (Enter at a terminal; a test writes one)
 
+    @property
+    def this_machine(self) -> bool:
+        """False for a dump: its CPUs need not be this machine's, so a refused pinner is what the demo shows."""
+        return self.sysfs_root.resolve() == Path("/sys").resolve()
+
 
 @dataclass
 class _Running:
@@ -197,7 +202,7 @@ class Demo:
     def _walkthrough(self) -> int:
         """The seven sections, in order; each leaves what it started on the ExitStack. How many ran pinned."""
         s = self.settings
-        this_machine = s.sysfs_root.resolve() == Path("/sys").resolve()
+        this_machine = s.this_machine
         node = plan_node(discover(s.sysfs_root, s.procfs_root), s.plan)
         with _signals_deferred():
             workdir = Path(tempfile.mkdtemp(prefix="cmk-demo-"))

@@ -79,6 +79,7 @@ def generate_header() -> str:
         "#define CMK_GENERATED_H",
         "",
         f"#define PROG {c_string(contract.ISOLATE_PROG)}",
+        f"#define VERSION_TEXT {c_string(contract.VERSION_TEXT + chr(10))}",
     ]
     lines += _exit_lines("EXIT_", contract.IsolateExit)
     lines += _defines("", contract, "MAX_CPUS ENV_ASSIGNED ENV_ASSIGNED_MASK ENV_SYSFS_ROOT DEFAULT_SYSFS_ROOT "

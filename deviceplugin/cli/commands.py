@@ -11,8 +11,8 @@ import importlib
 import sys
 from typing import Any, NoReturn
 
-from deviceplugin import __version__
 from deviceplugin.errors import CmkError, one_line
+from deviceplugin.model.pinnercontract import VERSION_TEXT
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -68,7 +68,7 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     its own flags. The other subcommands stay listed, with their help.
     """
     parser = OneLineParser(prog="cmk", description="CPU pools as kubelet device plugins.")
-    parser.add_argument("-V", "--version", action="version", version=f"cmk {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=VERSION_TEXT)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     sub.required = True
     for name, (module, help_text) in SUBCOMMANDS.items():

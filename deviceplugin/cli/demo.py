@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if not pinned:  # nothing was shown pinned: a script's `cmk demo && ...` must not read that as success
+    if not pinned and settings.this_machine:  # this machine's own plan pinned nothing: `cmk demo && ...` must fail
+        # (on a dump, the pinner's refusal of CPUs this machine lacks is what the demo promised to show)
         print("cmk demo: error: no container ran pinned: none of the CPUs their devices name are this "
               "process's to give (see the refusals above)", file=sys.stderr)
         return 1

@@ -21,7 +21,7 @@ from deviceplugin.cli.flags import (
     host_dir,
     plan_options,
 )
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.host.installedpinner import (
     DEFAULT_INSTALL_DIR,
     built_pinner,
@@ -60,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
         for directory in [install_dir, *args.hooks_dir]:
             print(f"wrote the node-wide hook's declaration {nodewide.write_declaration(directory, binary, record)}")
     except OSError as err:
-        raise CmkError(f"cannot write the node-wide hook's files: {err.filename}: {err.strerror}") from None
+        raise CmkError(f"cannot write the node-wide hook's files: {err.filename}: {os_reason(err)}") from None
     return 0

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from api.constants import DEVICE_PLUGIN_DIR
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.model.limits import parse_seconds
 from deviceplugin.model.plan import RESOURCE_NAMES
 
@@ -27,7 +27,7 @@ def daemon_sockets(kubelet_dir: Path) -> list[Path]:
     try:
         return [path for path in paths if path.exists() or path.is_symlink()]
     except OSError as err:
-        raise CmkError(f"cannot look into --kubelet-dir {kubelet_dir}: {err.strerror}") from None
+        raise CmkError(f"cannot look into --kubelet-dir {kubelet_dir}: {os_reason(err)}") from None
 
 
 def _positive_seconds(text: str) -> float:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.host.files import PSEUDO_FILE_LIMIT, check_directory, read_file, shown
 from deviceplugin.model.bootparams import BootCpuSettings, parse_cmdline
 from deviceplugin.model.limits import (
@@ -422,7 +422,7 @@ def _listed(path: str, list_it: Callable[[], T]) -> T | None:
     except NotADirectoryError:
         raise CmkError(f"cannot list {path}: a file stands where a folder should be") from None
     except OSError as error:
-        raise CmkError(f"cannot list {path}: {error.strerror or error}") from None
+        raise CmkError(f"cannot list {path}: {os_reason(error)}") from None
 
 
 _CPU_LIST_FILES = frozenset({"online", "possible", "present", "isolated", "nohz_full"})

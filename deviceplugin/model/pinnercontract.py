@@ -9,6 +9,8 @@ ints, distinct by name.
 
 from __future__ import annotations
 
+from deviceplugin import __version__
+
 
 class PinnerPool:
     """One pool as the pinners see it: the env its Allocate answer sets and the resource to request."""
@@ -130,6 +132,8 @@ def exit_table(statuses: type) -> dict[str, int]:
 
 ISOLATE_PROG = "cmk isolate"
 HOOK_PROG = "cmk hook"
+#: What ``cmk --version`` prints, the package's and the static pinner's alike (a pinner on a node names its release).
+VERSION_TEXT = f"cmk {__version__}"
 
 _POOL_LINES = "".join(f"  {p.name:<22}  {p.env:<31}  {p.resource}\n" for p in POOLS.values())
 

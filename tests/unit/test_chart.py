@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.support.manifests import DEPLOY, ROOT, VERSIONS, objects, render
+from tests.support.promtool import promtool
 
 CHART = ROOT / "charts" / "cmk-deviceplugin"
 NAMESPACE = "cmk-system"
@@ -157,19 +158,46 @@ def test_scheduling_image_and_resources_values_reach_the_daemonset() -> None:
     assert install["resources"] == base_pod["initContainers"][0]["resources"]
 
 
-def test_the_monitoring_switches_render_the_rule_files_as_they_are_and_a_pod_monitor() -> None:
+def test_the_monitoring_switches_render_the_rule_files_as_they_are_and_the_components_pod_monitor() -> None:
     docs = by_key(template("monitoring.podMonitor.enabled=true", "monitoring.prometheusRule.enabled=true"))
     rule = docs[("PrometheusRule", "cmk-deviceplugin")]
     files = sorted((DEPLOY / "prometheus").glob("*-rules.yaml"))
     assert files and rule["spec"]["groups"] == [g for f in files for g in yaml.safe_load(f.read_text())["groups"]]
+    # one PodMonitor, deploy/components/monitoring's: the chart's is that file, narrowed to its node group
+    (component,) = [o for o in objects("PodMonitor", "components/monitoring")]
     monitor = docs[("PodMonitor", "cmk-deviceplugin")]["spec"]
+    component["spec"]["selector"]["matchLabels"]["cmk.intel.com/node-group"] = "default"
+    component["spec"]["podMetricsEndpoints"][0]["interval"] = "30s"
+    assert monitor == component["spec"]
     (ds,) = objects("DaemonSet", "base")
     assert monitor["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
-    # the rules' job="cmk-deviceplugin": the pods' label named by jobLabel
-    assert ds["spec"]["template"]["metadata"]["labels"][monitor["jobLabel"]] == "cmk-deviceplugin"
-    (endpoint,) = monitor["podMetricsEndpoints"]
-    assert endpoint["port"] == "metrics"
     assert not {k for k in by_key(template()) if k[0] in ("PodMonitor", "PrometheusRule")}, "off by default"
+
+
+def test_the_dashboard_switch_renders_the_components_dashboard_for_grafanas_sidecar() -> None:
+    docs = by_key(template("monitoring.dashboard.enabled=true", 'monitoring.dashboard.labels={"release": "kps"}'))
+    configmap = docs[("ConfigMap", "cmk-deviceplugin-dashboard")]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["labels"]["release"] == "kps"
+    shipped = DEPLOY / "components/monitoring/dashboard.json"
+    assert json.loads(configmap["data"]["cmk-deviceplugin.json"]) == json.loads(shipped.read_text())
+    assert ("ConfigMap", "cmk-deviceplugin-dashboard") not in by_key(template())
+
+
+def test_the_runbook_base_points_every_alert_at_its_section_and_promtool_loads_the_result(tmp_path) -> None:
+    base = "https://docs.example.com/cmk/alerts.html"
+    docs = by_key(template("monitoring.prometheusRule.enabled=true",
+                           f'monitoring.prometheusRule.runbookBaseURL="{base}"'))
+    groups = docs[("PrometheusRule", "cmk-deviceplugin")]["spec"]["groups"]
+    alerts = [rule for group in groups for rule in group["rules"] if "alert" in rule]
+    sections = {line[3:].strip().lower() for line in (ROOT / "docs/user/alerts.md").read_text().splitlines()
+                if line.startswith("## ")}
+    assert alerts and {a["annotations"]["runbook_url"] for a in alerts} == {f"{base}#{a['alert'].lower()}" for a in alerts}
+    assert {a["alert"].lower() for a in alerts} <= sections
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    checked = promtool("check", "rules", "rules.yaml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert helm("template", "x", str(CHART), "--set", "monitoring.prometheusRule.runbookBaseURL=docs").returncode != 0
 
 
 def test_the_network_policy_scraper_is_a_setting() -> None:

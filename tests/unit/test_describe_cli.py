@@ -148,13 +148,16 @@ def test_describe_usage_on_this_machine_covers_every_online_cpu_once():
     assert window is not None and float(window.group(1)) >= 0.2, table
 
 
-def test_describe_without_procfs_counters_says_so_in_one_line_and_window_0_leaves_usage_out():
-    as_json = json.loads(cmk("describe", *XEON_D, "-o", "json").stdout)
-    stat = FIXTURES / "cmk-xeon_d/proc/stat"
-    reason = f"cannot read {stat}: No such file or directory (is --procfs-root a procfs?)"
+def test_describe_without_procfs_counters_says_so_in_one_line_and_window_0_leaves_usage_out(tmp_path):
+    procfs = tmp_path / "proc"  # this host's sysfs, a procfs with the kernel line but no counters
+    procfs.mkdir()
+    (procfs / "cmdline").write_bytes(Path("/proc/cmdline").read_bytes())
+    roots = ["--procfs-root", str(procfs)]
+    as_json = json.loads(cmk("describe", *roots, "-o", "json").stdout)
+    reason = f"cannot read {procfs / 'stat'}: No such file or directory (is --procfs-root a procfs?)"
     assert as_json["usage"] == {"available": False, "reason": reason}
-    assert f"usage unavailable: {reason}" in cmk("describe", *XEON_D).stdout.splitlines()
-    assert "usage" not in json.loads(cmk("describe", *XEON_D, "-o", "json", "--usage-window", "0").stdout)
+    assert f"usage unavailable: {reason}" in cmk("describe", *roots).stdout.splitlines()
+    assert "usage" not in json.loads(cmk("describe", *roots, "-o", "json", "--usage-window", "0").stdout)
 
 
 def test_describe_shows_the_config_section_and_generation_this_node_takes(tmp_path, monkeypatch):
@@ -172,8 +175,10 @@ def test_describe_shows_the_config_section_and_generation_this_node_takes(tmp_pa
     assert generation not in table
 
 
-def test_describe_on_a_dump_without_its_procfs_leaves_this_hosts_counters_out_of_usage():
+def test_describe_on_a_dump_samples_no_counters_neither_this_hosts_nor_the_dumps_frozen_ones():
+    """README's first showcase: a dump's usage is one plain line, not a missing file nor this host's counters."""
     sysfs = FIXTURES / "cmk-xeon_d/sys"
-    data = json.loads(cmk("describe", "--sysfs-root", str(sysfs), "-o", "json", "--usage-window", "0.1").stdout)
-    assert data["usage"] == {"available": False, "reason": f"{sysfs} is a dump and /proc is this host's procfs "
-                                                           "(give the dump's --procfs-root)"}
+    reason = f"{sysfs} is a dump, not this host (CPU usage is sampled on a live host only)"
+    for procfs in ([], ["--procfs-root", str(FIXTURES / "cmk-xeon_d/proc")]):
+        data = json.loads(cmk("describe", "--sysfs-root", str(sysfs), *procfs, "-o", "json").stdout)
+        assert data["usage"] == {"available": False, "reason": reason}
