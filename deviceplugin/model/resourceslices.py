@@ -1,29 +1,10 @@
 """What the DRA driver publishes for a node: its device tree as ResourceSlices of ``resource.k8s.io/v1``. Pure values.
 
-The devices are the device plugins' own (:mod:`deviceplugin.model.devices`): one per
-core of a core pool, one per slot of a slot pool, with the same IDs (a ``.`` of a
-``cpus-`` fallback ID becomes ``-``, as a device name is a DNS label), so ``cmk
-describe``, the metrics and ``kubectl get resourceslices`` count the same devices in
-either mode. Only healthy devices are published: a slice has no health field, and a
-published device is one the scheduler may hand out (the device plugin's *allocatable*).
-
-All of a node's devices form one DRA pool named after the node; each slice holds
-devices of one CMK pool, so a slice's ``cmk.intel.com/pool`` label says what it holds.
-
-The API's limits, from k8s.io/api v0.36.3 ``resource/v1/types.go`` as
-k8s.io/kubernetes v1.36.3 ``pkg/apis/resource/validation/validation.go`` enforces them:
-
-- ``ResourceSliceMaxDevices`` = 128 devices per slice (64 once any device has taints,
-  consumes counters or has a list attribute: these slices use none of the three);
-- ``ResourceSliceMaxAttributesAndCapacitiesPerDevice`` = 32 and
-  ``ResourceSliceMaxAttributeValuesPerDevice`` = 48 per device;
-- ``DeviceAttributeMaxValueLength`` = 64 characters for a string value (list values
-  need the alpha ``DRAListTypeAttributes`` gate, so SMT siblings are a CPU-list string);
-- an attribute name is a C identifier of at most ``DeviceMaxIDLength`` = 32 characters,
-  optionally after a DNS subdomain of at most ``DeviceMaxDomainLength`` = 63 and ``/``;
-- ``DriverNameMaxLength`` = 63 (a lowercase DNS subdomain); a pool name at most
-  ``PoolNameMaxLength`` = 253, DNS subdomains joined by ``/``; a device name a DNS label
-  (63); the object's name a DNS subdomain (253).
+The devices are the device plugins' own (same IDs, one per core or slot), so ``cmk describe``,
+the metrics and ``kubectl get resourceslices`` count the same in either mode; only healthy
+devices are published, since a slice has no health and a published device can be handed out.
+One DRA pool per node, named after it; each slice holds one CMK pool's devices, within the
+API's limits (:data:`LIMITS_SOURCE`, listed in :func:`slice_problems`).
 
 Why it works this way, and what is next: ``docs/design/dra.md``.
 """
@@ -46,6 +27,9 @@ DRIVER_NAME = "cpu.cmk.intel.com"
 #: Label on each slice naming the CMK pool its devices belong to.
 POOL_LABEL = "cmk.intel.com/pool"
 
+#: Where every MAX_* below is read: the constants' names there are in slice_problems' docstring.
+LIMITS_SOURCE = ("k8s.io/api v0.36.3 resource/v1/types.go, enforced by k8s.io/kubernetes v1.36.3 "
+                 "pkg/apis/resource/validation/validation.go")
 MAX_DEVICES_PER_SLICE = 128
 MAX_ATTRIBUTES_PER_DEVICE = 32
 MAX_ATTRIBUTE_VALUES_PER_DEVICE = 48
@@ -191,7 +175,17 @@ def _attribute_problems(where: str, name: str, value: Mapping[str, Any]) -> list
 
 
 def slice_problems(resource_slice: Mapping[str, Any]) -> list[str]:
-    """What the API server would refuse in ``resource_slice`` (the limits above; empty when none apply)."""
+    """What the API server would refuse in ``resource_slice``; empty when it passes. The limits (:data:`LIMITS_SOURCE`):
+
+    - ``ResourceSliceMaxDevices`` = 128 devices per slice (64 once a device has taints, consumes
+      counters or has a list attribute: ours use none of the three, so SMT siblings are a string);
+    - ``ResourceSliceMaxAttributesAndCapacitiesPerDevice`` = 32, ``ResourceSliceMaxAttributeValuesPerDevice`` = 48;
+    - ``DeviceAttributeMaxValueLength`` = 64 characters for a string or version value;
+    - an attribute name: a C identifier of at most ``DeviceMaxIDLength`` = 32, optionally after a
+      DNS subdomain of at most ``DeviceMaxDomainLength`` = 63 and ``/``;
+    - ``DriverNameMaxLength`` = 63, a lowercase DNS subdomain; ``PoolNameMaxLength`` = 253, DNS
+      subdomains joined by ``/``; a device name a DNS label (63); the slice's name a DNS subdomain (253).
+    """
     spec = resource_slice["spec"]
     name = resource_slice["metadata"]["name"]
     problems = []
