@@ -28,14 +28,16 @@ from deviceplugin.cli.configfile import (
 )
 from deviceplugin.cli.flags import DAEMON_FLAGS, add_flags, plan_options
 from deviceplugin.errors import CmkError
+from deviceplugin.events import EventLog
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
 from deviceplugin.host.install import DEFAULT_INSTALL_DIR
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
 from deviceplugin.model.plan import PlanOptions
 
+events = EventLog(__name__)
+
 if TYPE_CHECKING:
     from deviceplugin.daemon import Daemon
-    from deviceplugin.events import Events
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,16 +60,14 @@ def run(args: argparse.Namespace) -> int:
         if args.log_format != "json":
             raise  # the CLI prints its usual one line
         # A log shipper parsing JSON gets the error as one JSON line, not a stray text line.
-        from deviceplugin.events import ConfigError, Events
-
-        Events().emit(ConfigError(str(err)))
+        events.error("config_error", str(err), error=str(err))
         return err.exit_code
     finally:
         if collecting:
             gc.enable()
 
 
-def _daemon(args: argparse.Namespace, events: Events) -> tuple[Daemon, ActiveConfig | None]:
+def _daemon(args: argparse.Namespace) -> tuple[Daemon, ActiveConfig | None]:
     """The daemon of the config, or, when the config or its plan is bad, of the last plan served.
 
     The running daemon is gone already (a rollout stops it first), so refusing
@@ -76,7 +76,6 @@ def _daemon(args: argparse.Namespace, events: Events) -> tuple[Daemon, ActiveCon
     (``cmk probe --require-good-config``, halting the rollout) say what is wrong.
     """
     from deviceplugin.daemon import Daemon, DaemonSettings
-    from deviceplugin.events import ConfigRefused
     from deviceplugin.host import lastgood
     from deviceplugin.host.sysfs import discover
     from deviceplugin.model.node import plan_node
@@ -91,7 +90,7 @@ def _daemon(args: argparse.Namespace, events: Events) -> tuple[Daemon, ActiveCon
                                   infra_record_dir=Path(args.install_dir) if args.infra_record else None)
         topology = discover(args.sysfs_root, args.procfs_root, later_threads_on_demand=True)
         node = plan_node(topology, plan)  # a bad plan fails here, unserved
-        return Daemon(settings, node=node, events=events)
+        return Daemon(settings, node=node)
 
     try:
         active = apply_config_file(args)
@@ -106,12 +105,13 @@ def _daemon(args: argparse.Namespace, events: Events) -> tuple[Daemon, ActiveCon
         except CmkError:
             raise err from None
         source = f"--config {args.config} and the flags" if args.config else "the flags"
-        events.emit(ConfigRefused(source, str(err), str(lastgood.path_in(args.kubelet_dir))))
+        last_good = lastgood.path_in(args.kubelet_dir)
+        events.error("config_refused", f"refused {source}: {err}; serving the last good plan from {last_good} instead: "
+                     "fix the config and roll out again", source=source, error=str(err), last_good=str(last_good))
         return daemon, None
 
 
-def _remember_plan(daemon: Daemon, events: Events) -> None:
-    from deviceplugin.events import LastGoodPlanUnsaved
+def _remember_plan(daemon: Daemon) -> None:
     from deviceplugin.host import lastgood
 
     if daemon.settings.config_problem is not None:
@@ -119,7 +119,9 @@ def _remember_plan(daemon: Daemon, events: Events) -> None:
     try:
         lastgood.save(daemon.settings.kubelet_dir, daemon.settings.plan)
     except OSError as err:
-        events.emit(LastGoodPlanUnsaved(str(daemon.settings.kubelet_dir), err.strerror or str(err)))
+        directory, error = daemon.settings.kubelet_dir, err.strerror or str(err)
+        events.warning("last_good_plan_unsaved", f"cannot remember the plan in {directory}: {error}; a later bad config "
+                       "would then stop the pools", directory=str(directory), error=error)
 
 
 def shared_host_paths(args: argparse.Namespace) -> tuple[str, ...]:
@@ -142,12 +144,10 @@ def shared_host_paths(args: argparse.Namespace) -> tuple[str, ...]:
 def _serve(args: argparse.Namespace, *, collect: bool = True) -> int:
     """Serve until SIGTERM/SIGINT; ``collect``: turn the cyclic collector back on once started."""
     from deviceplugin import build_info
-    from deviceplugin.events import ConfigActive, Events, HostPathsShared, Starting
     from deviceplugin.host import malloc
 
     malloc.tune()  # before the first thread: arenas are made per thread
-    events = Events()
-    daemon, active = _daemon(args, events)
+    daemon, active = _daemon(args)
 
     # SIGTERM/SIGINT are blocked before the first thread starts (every thread inherits the mask) and
     # taken with sigwait: a Python handler setting an Event the main thread waits on could deadlock
@@ -157,19 +157,26 @@ def _serve(args: argparse.Namespace, *, collect: bool = True) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     try:
         with ExitStack() as cleanup:
-            _observe(daemon, events, args, cleanup, active)
+            _observe(daemon, args, cleanup, active)
             cleanup.callback(daemon.stop)
             daemon.start()
             # only once the start went through: a failed start stays a single line
-            events.emit(Starting(**build_info()))
+            info = build_info()
+            events.info("starting", f"cmk-deviceplugin {info['version']} starting (Python {info['python']}, "
+                        f"{info['machine']})", **info)
             shared = shared_host_paths(args)
             if shared:
-                events.emit(HostPathsShared(str(args.kubelet_dir), shared))
+                events.warning("host_paths_shared", f"--kubelet-dir {args.kubelet_dir} is not the kubelet's, yet this "
+                               f"daemon writes the host's {'; '.join(shared)}: give those flags too (or turn each off) "
+                               "to keep it off them", kubelet_dir=str(args.kubelet_dir), paths=shared)
             if active is not None:
-                events.emit(ConfigActive(str(args.config), active.section, active.generation, active.node or ""))
-            _remember_plan(daemon, events)  # only now: a plan that served, on this node
+                for_node = f" for node {active.node}" if active.node else ""
+                events.info("config_active", f"config {args.config}: section {active.section}{for_node}, generation "
+                            f"{active.generation}", path=str(args.config), section=active.section,
+                            generation=active.generation, node=active.node or "")
+            _remember_plan(daemon)  # only now: a plan that served, on this node
             if args.nfd:  # labels say what is served: written once serving has started
-                _write_nfd(daemon, events, args.nfd_features_dir, cleanup)
+                _write_nfd(daemon, args.nfd_features_dir, cleanup)
             # The topology, plan and device tree live as long as the process: keep the cyclic
             # collector from re-scanning them, so its pauses stay out of Allocate's latency.
             gc.freeze()
@@ -181,14 +188,12 @@ def _serve(args: argparse.Namespace, *, collect: bool = True) -> int:
     return 0
 
 
-def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: ExitStack,
-             active: ActiveConfig | None) -> None:
+def _observe(daemon: Daemon, args: argparse.Namespace, cleanup: ExitStack, active: ActiveConfig | None) -> None:
     """Start the resolver and metrics before serving, so the first registrations count; undo on ``cleanup``."""
-    from deviceplugin.events import MetricsServing
     from deviceplugin.observe.resolver import AllocationResolver
 
-    resolver = AllocationResolver(events, args.pod_resources_socket)
-    events.listen(resolver.on_event)
+    resolver = AllocationResolver(args.pod_resources_socket)
+    daemon.observers.add(resolver)
     resolver.start()
     cleanup.callback(resolver.stop)
     if args.metrics_address is not None:
@@ -207,15 +212,14 @@ def _observe(daemon: Daemon, events: Events, args: argparse.Namespace, cleanup: 
                                       rescan_seconds=args.cgroup_scan_seconds))
         metrics = Metrics(collector, daemon.tree, config_fallback=daemon.settings.config_problem is not None,
                           config=None if active is None else (active.section, active.generation))
-        events.listen(metrics.on_event)
+        daemon.observers.add(metrics)
         host, port = cleanup.enter_context(serve_metrics(metrics, *args.metrics_address))
-        events.emit(MetricsServing(f"{host}:{port}"))
+        events.info("metrics_serving", f"serving metrics at http://{host}:{port}/metrics", address=f"{host}:{port}")
 
 
-def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitStack) -> None:
+def _write_nfd(daemon: Daemon, directory: Path, cleanup: ExitStack) -> None:
     from datetime import datetime
 
-    from deviceplugin.events import NfdExpiring, NfdExpiryFailed, NfdKept, NfdWritten
     from deviceplugin.host.nfd import (
         expire_features,
         feature_labels,
@@ -231,9 +235,16 @@ def _write_nfd(daemon: Daemon, events: Events, directory: Path, cleanup: ExitSta
         try:
             expiry = expire_features(path, written, labels, datetime.now(UTC))
         except OSError as err:  # shutting down anyway: say so, still exit 0 as a rollout expects
-            events.emit(NfdExpiryFailed(str(path), err.strerror or str(err)))
+            error = err.strerror or str(err)
+            events.warning("nfd_expiry_failed", f"cannot mark {path} expiring: {error}; its labels stay until the file "
+                           "is removed", path=str(path), error=error)
             return
-        events.emit(NfdKept(str(path)) if expiry is None else NfdExpiring(str(path), expiry.isoformat()))
+        if expiry is None:
+            events.info("nfd_kept", f"left {path} alone: it is not the file this daemon wrote", path=str(path))
+        else:
+            events.info("nfd_expiring", f"kept {path} with NFD expiry {expiry.isoformat()}: the next daemon rewrites it, "
+                        "else NFD drops it then", path=str(path), expiry=expiry.isoformat())
 
     cleanup.callback(expire)
-    events.emit(NfdWritten(str(path), tuple(f"{k}={v}" for k, v in labels.items())))
+    events.info("nfd_written", f"wrote NFD labels to {path}", path=str(path),
+                labels=tuple(f"{k}={v}" for k, v in labels.items()))

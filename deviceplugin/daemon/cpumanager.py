@@ -10,15 +10,17 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from deviceplugin.events import CpuManagerStatic, CpuManagerUnknown, Events
+from deviceplugin.events import EventLog
 from deviceplugin.model.devices import DeviceTree
+
+events = EventLog(__name__)
 
 
 class CpuManager:
     """The resources refused at the last serve, read from pod resources ``GetAllocatableResources``."""
 
-    def __init__(self, socket: Path | None, *, recheck: float, events: Events) -> None:
-        self._socket, self._recheck, self._events = socket, recheck, events
+    def __init__(self, socket: Path | None, *, recheck: float) -> None:
+        self._socket, self._recheck = socket, recheck
         #: Resources not served because the kubelet's static CPU manager pins CPUs itself (checked at each serve).
         self.refused: frozenset[str] = frozenset()
         self._due = 0.0
@@ -39,12 +41,14 @@ class CpuManager:
             problem = cpu_manager_problem(kubelet_cpus(self._socket))
         except Unavailable as err:
             if not self.refused:
-                self._events.emit(CpuManagerUnknown(str(err)))
+                events.warning("cpu_manager_unknown", f"cannot tell the kubelet's CPU manager policy ({err}): serving "
+                               "the exclusive pools, which needs the kubelet's cpuManagerPolicy: none", reason=str(err))
             return self.refused
         refused = frozenset() if problem is None else \
             frozenset(resource for resource, devices in tree.items() if devices.pool in CORE_POOLS)
         if problem is not None and refused:
-            self._events.emit(CpuManagerStatic(problem, tuple(sorted(refused))))
+            events.error("cpu_manager_static", f"not serving {', '.join(sorted(refused))}: {problem}", problem=problem,
+                         refused=tuple(sorted(refused)))
         self.refused = refused
         return refused
 

@@ -10,24 +10,20 @@ import time
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
-from deviceplugin.events import (
-    CoreReleased,
-    Events,
-    HeldUnknown,
-    SlotRecordUnread,
-    SlotRecordUnwritten,
-)
+from deviceplugin.events import EventLog
 from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.plan import RESOURCE_NAMES, PoolPlan
 from deviceplugin.model.topology import Core
 from deviceplugin.model.withheld import Withheld, learn_holds
 
+events = EventLog(__name__)
+
 
 class HeldCores:
     """The withheld cores and the slot record, kept from one read of pod resources to the next."""
 
-    def __init__(self, socket: Path | None, kubelet_dir: Path, *, recheck: float, events: Events) -> None:
-        self._socket, self._kubelet_dir, self._recheck, self._events = socket, kubelet_dir, recheck, events
+    def __init__(self, socket: Path | None, kubelet_dir: Path, *, recheck: float) -> None:
+        self._socket, self._kubelet_dir, self._recheck = socket, kubelet_dir, recheck
         self.withheld: tuple[Withheld, ...] = ()
         #: resource -> the device IDs containers hold, from the last read (None: that read failed).
         self.held: dict[str, frozenset[str]] | None = None
@@ -58,12 +54,13 @@ class HeldCores:
             try:
                 self._slots_before = read_record(self._kubelet_dir) or {}
             except CmkError as err:
-                self._events.emit(SlotRecordUnread(str(err)))
+                events.warning("slot_record_unread", str(err), reason=str(err))
                 self._slots_before = {}
         try:
             assignments = read_assignments(self._socket, resources=RESOURCE_NAMES.values(), allocatable=False)
         except Unavailable as err:
-            self._events.emit(HeldUnknown(str(err)))
+            events.warning("held_unknown", f"cannot learn which devices are held ({err}): cores the kubelet holds "
+                           "under other IDs or pools may be advertised as free", reason=str(err))
             self.held = None
             return None
         held = {resource: assignments.held(resource) for resource in RESOURCE_NAMES.values()}
@@ -75,7 +72,7 @@ class HeldCores:
         try:
             write_record(self._kubelet_dir, holds.record)
         except CmkError as err:
-            self._events.emit(SlotRecordUnwritten(str(err)))
+            events.warning("slot_record_unwritten", str(err), reason=str(err))
         return self.cores if changed else None
 
     def _withhold(self, withheld: tuple[Withheld, ...]) -> bool:
@@ -83,8 +80,11 @@ class HeldCores:
         old = {w.core: w for w in self.withheld}
         new = {w.core: w for w in withheld}
         for core in new.keys() - old.keys():
-            self._events.emit(new[core].event())
+            held = new[core]
+            events.warning("core_withheld", held.message, core=format_cpu_list(core.cpus), pool=str(held.planned),
+                           resource=held.resource, device=held.device_id, reason=held.reason)
         for core in old.keys() - new.keys():
-            self._events.emit(CoreReleased(format_cpu_list(core.cpus), str(old[core].planned)))
+            cpus, pool = format_cpu_list(core.cpus), str(old[core].planned)
+            events.info("core_released", f"core {{{cpus}}} is free at the kubelet: back in {pool}", core=cpus, pool=pool)
         self.withheld = withheld
         return new.keys() != old.keys()

@@ -15,19 +15,21 @@ import time
 from pathlib import Path
 
 from deviceplugin.errors import CmkError
-from deviceplugin.events import Events, IrqRecordProblem, IrqsSteered, IrqUnmovable
+from deviceplugin.events import EventLog, Observer
 from deviceplugin.host import irqs
 from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.irqsteer import Narrowed, steer
+
+events = EventLog(__name__)
 
 
 class IrqSteering:
     """The masks narrowed now, the IRQs the kernel refused (never retried), and the CPUs kept clear."""
 
     def __init__(self, *, irq_dir: Path, record_dir: Path, irqbalance_dir: Path, recheck: float,
-                 events: Events) -> None:
+                 observer: Observer) -> None:
         self._irq_dir, self._record_dir, self._irqbalance_dir = irq_dir, record_dir, irqbalance_dir
-        self._recheck, self._events = recheck, events
+        self._recheck, self._observer = recheck, observer
         self._record: dict[str, Narrowed] | None = None
         self._refused: set[str] = set()
         #: CPUs Allocate just gave out -> when to stop counting them held if pod resources never list them.
@@ -69,7 +71,7 @@ class IrqSteering:
         try:
             masks = irqs.read_masks(self._irq_dir)
         except CmkError as err:
-            self._events.emit(IrqRecordProblem(str(err)))
+            events.warning("irq_record_problem", str(err), reason=str(err))
             return
         plan = steer(masks, record, away, housekeeping, frozenset(self._refused))
         if not plan.writes:
@@ -83,11 +85,18 @@ class IrqSteering:
             except OSError as err:
                 failed.add(irq)
                 self._refused.add(irq)
-                self._events.emit(IrqUnmovable(irq, format_cpu_list(cpus), err.strerror or str(err)))
+                error, shown = err.strerror or str(err), format_cpu_list(cpus)
+                events.warning("irq_unmovable", f"IRQ {irq} cannot be pointed at CPUs {shown} ({error}): the kernel "
+                               "manages it or /proc/irq is read-only here; it is left as it is and not tried again",
+                               irq=irq, cpus=shown, error=error)
+                self._observer.irq_unmovable()
         self._keep(plan.settled(record, frozenset(failed)))
         moved = len(plan.writes) - len(failed)
         if moved:
-            self._events.emit(IrqsSteered(format_cpu_list(away), moved, len(self._record or {})))
+            narrowed = len(self._record or {})
+            events.info("irqs_steered", f"wrote {moved} IRQ masks for {_held(away)}; {narrowed} stay narrowed",
+                        cpus=format_cpu_list(away), moved=moved, narrowed=narrowed, via="")
+            self._observer.irqs_steered(narrowed)
 
     def _tell_irqbalance(self, away: frozenset[int]) -> bool:
         """Ban ``away`` in a running irqbalance when it changed or irqbalance restarted (a new socket, a new
@@ -100,7 +109,9 @@ class IrqSteering:
             self._banned = None
             return False
         self._banned = away
-        self._events.emit(IrqsSteered(format_cpu_list(away), 0, 0, via=str(taker)))
+        events.info("irqs_steered", f"asked irqbalance ({taker}) to keep device interrupts off {_held(away)}",
+                    cpus=format_cpu_list(away), moved=0, narrowed=0, via=str(taker))
+        self._observer.irqs_steered(0)
         return True
 
     def _load_record(self) -> dict[str, Narrowed]:
@@ -108,7 +119,7 @@ class IrqSteering:
             try:
                 self._record = irqs.read_record(self._record_dir)
             except CmkError as err:
-                self._events.emit(IrqRecordProblem(str(err)))
+                events.warning("irq_record_problem", str(err), reason=str(err))
                 self._record = {}
         return self._record
 
@@ -118,5 +129,9 @@ class IrqSteering:
         try:
             irqs.write_record(self._record_dir, record)
         except CmkError as err:
-            self._events.emit(IrqRecordProblem(str(err)))
+            events.warning("irq_record_problem", str(err), reason=str(err))
         self._record = record
+
+
+def _held(cpus: frozenset[int]) -> str:
+    return f"held CPUs {format_cpu_list(cpus)}" if cpus else "no held CPUs"

@@ -10,12 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from deviceplugin.events import (
-    CdiSpecWritten,
-    Events,
-    InfraRecordUnwritten,
-    InfraRecordWritten,
-)
+from deviceplugin.events import EventLog
 from deviceplugin.host import cdi
 from deviceplugin.model import cdispec
 from deviceplugin.model.cpulist import format_cpu_list
@@ -23,9 +18,11 @@ from deviceplugin.model.devices import DeviceTree, core_device_ids
 from deviceplugin.model.plan import Pool, PoolPlan
 from deviceplugin.model.topology import Core
 
+events = EventLog(__name__)
+
 
 def write_cdi_spec(cdi_dir: Path, install_dir: str, plan: PoolPlan, tree: DeviceTree, *,
-                   unthrottle_exclusive: bool, events: Events, core_ids: Mapping[Core, str] | None = None) -> None:
+                   unthrottle_exclusive: bool, core_ids: Mapping[Core, str] | None = None) -> None:
     """A device per core of the node and per slot pool, and every device the spec on disk had (its CPUs only).
 
     Served or not: a checkpointed answer may name a core or pool this plan
@@ -40,10 +37,12 @@ def write_cdi_spec(cdi_dir: Path, install_dir: str, plan: PoolPlan, tree: Device
     hook = cdispec.hook_path(install_dir)
     spec = cdispec.build_spec(devices, hook, exclusive)
     path = cdi.write_spec(spec, cdi_dir, on_disk=on_disk)  # unchanged: left as it is
-    events.emit(CdiSpecWritten(str(path), tuple(d["name"] for d in spec["devices"]), hook))
+    listed = tuple(d["name"] for d in spec["devices"])
+    events.info("cdi_spec_written", f"CDI spec {path}: {len(listed)} devices ({', '.join(listed)}), hook {hook} "
+                "(kept when the daemon stops)", path=str(path), devices=listed, hook=hook)
 
 
-def write_infra_record(record_dir: Path, plan: PoolPlan, events: Events) -> None:
+def write_infra_record(record_dir: Path, plan: PoolPlan) -> None:
     """The infra CPUs for the node-wide hook, rewritten only if the plan changed them.
 
     ``cmk install`` (the DaemonSet's init container) wrote it from the same plan, so the daemon's
@@ -57,6 +56,10 @@ def write_infra_record(record_dir: Path, plan: PoolPlan, events: Events) -> None
     try:
         written = nodewide.write_record(record_dir, infra)
     except OSError as err:
-        events.emit(InfraRecordUnwritten(str(path), str(err.strerror)))
+        events.warning("infra_record_unwritten", f"cannot write the node-wide hook's infra record {path}: {err.strerror}: "
+                       "containers holding no pool keep the CPUs of the record as it is (run cmk install with this plan)",
+                       path=str(path), reason=str(err.strerror))
         return
-    events.emit(InfraRecordWritten(str(path), format_cpu_list(infra), written))
+    cpus = format_cpu_list(infra)
+    events.info("infra_record_written", f"infra record {path}: {cpus} ({'written' if written else 'unchanged'})",
+                path=str(path), cpus=cpus, changed=written)

@@ -11,20 +11,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from deviceplugin.daemon.settings import socket_name
-from deviceplugin.events import Events, Serving, StreamLost
+from deviceplugin.events import EventLog, Observer
 from deviceplugin.model.devices import DeviceTree, PoolDevices
 from deviceplugin.protocol.registration import Registrar, Registration, socket_identity
 from deviceplugin.protocol.server import PoolServer, Preference, options_message
+
+events = EventLog(__name__)
 
 
 class PoolServers:
     """The servers of the tree served now and the registrar that registers them with ``kubelet_socket``."""
 
     def __init__(self, kubelet_dir: Path, kubelet_socket: Path, *, install_dir: str, prefer: Preference,
-                 cdi: bool, config_ok: bool, events: Events, on_stream_lost: Callable[[], None]) -> None:
+                 cdi: bool, config_ok: bool, observer: Observer, on_stream_lost: Callable[[], None]) -> None:
         self._kubelet_dir, self.kubelet_socket = kubelet_dir, kubelet_socket
         self._install_dir, self._prefer, self._cdi, self._config_ok = install_dir, prefer, cdi, config_ok
-        self._events, self._on_stream_lost = events, on_stream_lost
+        self._observer, self._on_stream_lost = observer, on_stream_lost
         self.servers: dict[str, PoolServer] = {}
         self.registrar: Registrar | None = None
         self._lost: list[tuple[PoolServer, int]] = []
@@ -42,14 +44,16 @@ class PoolServers:
                 continue
             server = PoolServer(devices, socket_path=self._kubelet_dir / socket_name(resource),
                                 install_dir=self._install_dir, prefer=self._prefer, cdi=self._cdi,
-                                events=self._events, on_stream_lost=self._stream_lost, config_ok=self._config_ok,
+                                observer=self._observer, on_stream_lost=self._stream_lost, config_ok=self._config_ok,
                                 wire=(wires or {}).get(resource))
             server.start()
             self.servers[resource] = server
             registrations.append(Registration(resource, server.socket_path.name, options_message(devices)))
-            self._events.emit(Serving(resource, str(server.socket_path), len(devices.devices), devices.healthy))
+            events.info("serving", f"serving {resource} on {server.socket_path}: {len(devices.devices)} devices, "
+                        f"{devices.healthy} healthy", resource=resource, socket=str(server.socket_path),
+                        devices=len(devices.devices), healthy=devices.healthy)
         servers = dict(self.servers)
-        self.registrar = Registrar(self.kubelet_socket, registrations, self._events,
+        self.registrar = Registrar(self.kubelet_socket, registrations, self._observer,
                                    served=lambda resource: servers[resource].socket_is_mine(),
                                    outage=self.registrar is not None and self.registrar.outage)
         self.registrar.start()
@@ -117,4 +121,5 @@ class PoolServers:
             if server.opened != stream or server.streaming:
                 continue  # the kubelet opened a newer stream: registered already
             if registrar.again(server.resource):
-                self._events.emit(StreamLost(server.resource))
+                events.info("stream_lost", f"the kubelet ended the ListAndWatch stream of {server.resource} and will not "
+                            "dial back: registering it again", resource=server.resource)

@@ -20,19 +20,7 @@ from deviceplugin.daemon.serving import PoolServers
 from deviceplugin.daemon.settings import DaemonSettings, check_tree
 from deviceplugin.daemon.wakes import HandedOut, Item, SocketGone, Wake, Wakes
 from deviceplugin.errors import CmkError
-from deviceplugin.events import (
-    Allocated,
-    CpusUnread,
-    Event,
-    EventFailed,
-    Events,
-    HealthChanged,
-    KubeletRestart,
-    PlanNote,
-    PluginDirReplaced,
-    ServingAgain,
-    ServingStopped,
-)
+from deviceplugin.events import Allocation, EventLog, Observer, Observers
 from deviceplugin.host.irqs import record_exists as irq_record_exists
 from deviceplugin.host.nodelock import NodeLock
 from deviceplugin.host.sysfs import discover, online_cpus
@@ -41,17 +29,19 @@ from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.devices import DeviceTree, health_changes
 from deviceplugin.model.irqsteer import held_cpus, housekeeping
 from deviceplugin.model.node import NodePlan, plan_node
-from deviceplugin.model.plan import RESOURCE_NAMES
+from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 from deviceplugin.model.withheld import Withheld
 from deviceplugin.protocol.registration import kubelet_listens, socket_identity
 from deviceplugin.protocol.server import PoolServer, Preference
+
+events = EventLog(__name__)
 
 
 class Daemon:
     """Checks its plan at construction (so a bad one fails before anything is served); :meth:`start` serves."""
 
-    def __init__(self, settings: DaemonSettings, *, node: NodePlan | None = None, prefer: Preference | None = None,
-                 events: Events | None = None) -> None:
+    def __init__(self, settings: DaemonSettings, *, node: NodePlan | None = None,
+                 prefer: Preference | None = None) -> None:
         if prefer is None:
             from deviceplugin.model.policy import prefer as policy
 
@@ -60,7 +50,8 @@ class Daemon:
             node = plan_node(discover(settings.sysfs_root, settings.procfs_root, later_threads_on_demand=True),
                              settings.plan)
         self.settings = settings
-        self.events = events or Events()
+        #: Who acts on registrations, allocations and IRQ steering (metrics, the resolver): add before :meth:`start`.
+        self.observers = Observers()
         self.node = node
         self.topology, self.plan, self.tree = node.topology, node.plan, node.tree
         #: the first tree's ListAndWatch messages, as the check sized them: its servers send these
@@ -70,18 +61,17 @@ class Daemon:
         self._wakes = Wakes()
         self._pools = PoolServers(settings.kubelet_dir, self.kubelet_socket, install_dir=settings.install_dir,
                                   prefer=prefer, cdi=settings.cdi_dir is not None,
-                                  config_ok=settings.config_problem is None, events=self.events,
+                                  config_ok=settings.config_problem is None, observer=self.observers,
                                   on_stream_lost=lambda: self._wakes.put(Wake.STREAM))
         self._held = HeldCores(settings.pod_resources_socket, settings.kubelet_dir,
-                               recheck=settings.held_recheck, events=self.events)
-        self._cpu_manager = CpuManager(settings.pod_resources_socket, recheck=settings.held_recheck,
-                                       events=self.events)
+                               recheck=settings.held_recheck)
+        self._cpu_manager = CpuManager(settings.pod_resources_socket, recheck=settings.held_recheck)
         self._irqs: IrqSteering | None = None
         if settings.irq_steering or irq_record_exists(settings.kubelet_dir):  # steering off: the masks go back
             self._irqs = IrqSteering(irq_dir=settings.irq_dir, record_dir=settings.kubelet_dir,
                                      irqbalance_dir=settings.irqbalance_dir, recheck=settings.held_recheck,
-                                     events=self.events)
-            self.events.listen(self._on_allocated)
+                                     observer=self.observers)
+            self.observers.add(_HandOut(settings.irq_steering, self._wakes))
         self._thread = threading.Thread(target=self._loop, name="cmk-supervisor", daemon=True)
         self._watchers: list[PluginDirWatcher | CpuWatcher] = []
         self._dir_watcher: PluginDirWatcher | None = None
@@ -102,13 +92,13 @@ class Daemon:
         self._lock.acquire()  # before any file is written or removed: a second daemon stops here
         self._dir_identity = socket_identity(settings.kubelet_dir)
         for note in self.plan.notes:
-            self.events.emit(PlanNote(note))
+            events.info("plan_note", f"plan: {note}", note=note)
         if settings.cdi_dir is not None:  # before serving: an Allocate answer may name its devices at once
             nodefiles.write_cdi_spec(settings.cdi_dir, settings.install_dir, self.plan, self.tree,
                                      core_ids=self.node.core_ids,
-                                     unthrottle_exclusive=settings.unthrottle_exclusive, events=self.events)
+                                     unthrottle_exclusive=settings.unthrottle_exclusive)
         if settings.infra_record_dir is not None:
-            nodefiles.write_infra_record(settings.infra_record_dir, self.plan, self.events)
+            nodefiles.write_infra_record(settings.infra_record_dir, self.plan)
         # Watch before serving: a kubelet starting between the two would delete our new sockets unseen,
         # and the pools would stay unserved (each Register then finds its socket gone and stops).
         self._start_watcher(self._plugin_dir_watcher())
@@ -143,7 +133,7 @@ class Daemon:
         served = len(self._pools.servers)
         self._pools.stop(wait=False)  # exiting: no new server of ours will bind the sockets
         if served:
-            self.events.emit(ServingStopped(served))
+            events.info("serving_stopped", f"stopped serving {served} pools; sockets removed", pools=served)
         self._lock.release()
 
     @property
@@ -195,8 +185,10 @@ class Daemon:
                 if not self._awaiting_kubelet and self._cpu_manager.none_now():
                     self._pools.stop()  # the refused pools' kubelet is back at policy none: serve them all
                     self._serve()
-            except Exception:  # noqa: BLE001 - the daemon must outlive any single bad event; the event logs the traceback
-                self.events.emit(EventFailed(tuple(sorted(map(str, batch)))))
+            except Exception:  # noqa: BLE001 - the daemon must outlive any single bad event; the line logs the traceback
+                wakes = sorted(map(str, batch))
+                events.exception("event_failed", f"handling {wakes} failed; waiting for the next event",
+                                 wakes=tuple(wakes))
 
     def _plugin_dir_replaced(self) -> bool:
         """The directory we watch and lock is gone and a new one is in its place (hostPath re-made)."""
@@ -205,7 +197,9 @@ class Daemon:
 
     def _rewatch(self) -> None:
         """Watch and lock the new directory; the sockets and the lock file went with the old one."""
-        self.events.emit(PluginDirReplaced(str(self.settings.kubelet_dir)))
+        directory = self.settings.kubelet_dir
+        events.info("plugin_dir_replaced", f"{directory} was deleted and created again: locking, watching and serving "
+                    "the new one", directory=str(directory))
         self._dir_identity = socket_identity(self.settings.kubelet_dir)
         if self._dir_watcher is not None:
             self._dir_watcher.stop()
@@ -235,7 +229,9 @@ class Daemon:
         bound now as well) and while nothing listens but, perhaps, the file
         the dead kubelet left: pod resources unread, every Register refused.
         """
-        self.events.emit(ServingAgain(len(self._pools.servers), reason))
+        servers = len(self._pools.servers)
+        events.info("serving_again", f"stopping {servers} servers; serving anew and registering again once "
+                    f"kubelet.sock accepts: {reason}", servers=servers, reason=reason)
         self._pools.stop()
         self._awaiting_kubelet = True
 
@@ -253,7 +249,10 @@ class Daemon:
         """A kubelet.sock created after one was there is a kubelet restart: counted once, whatever it removed."""
         if Wake.KUBELET_SOCKET in batch:
             if self._kubelet_seen:
-                self.events.emit(KubeletRestart(len(self._pools.servers)))
+                servers = len(self._pools.servers)
+                events.info("kubelet_restart", f"kubelet restart seen: a new kubelet.sock; {servers} servers running",
+                            servers=servers)
+                self.observers.kubelet_restarted()
             self._kubelet_seen = True
 
     def _learn_held(self) -> None:
@@ -278,16 +277,11 @@ class Daemon:
         steered = frozenset().union(*(self.plan.cpus(pool) for pool in self.settings.irq_steering))
         return housekeeping(self._online, steered)
 
-    def _on_allocated(self, event: Event) -> None:
-        """Listener (a server thread): CPUs of a steered pool just given out are cleared at once."""
-        if isinstance(event, Allocated) and event.pool in self.settings.irq_steering:
-            self._wakes.put(HandedOut(parse_cpu_list(event.cpus)))
-
     def _refresh(self) -> None:
         try:
             online = online_cpus(self.settings.sysfs_root)  # the plan is fixed: only health can change
         except CmkError as err:  # a sysfs file caught mid-change: the next event re-reads
-            self.events.emit(CpusUnread(str(err)))
+            events.warning("cpus_unread", f"re-reading CPUs failed: {err}", reason=str(err))
             return
         if online == self._online:  # the tree is of these CPUs already (the start's own check lands here)
             return
@@ -301,8 +295,21 @@ class Daemon:
                 continue
             for device_id, healthy in health_changes(old, devices):
                 cpus = format_cpu_list(devices.devices[device_id].cpus)
-                self.events.emit(HealthChanged(str(devices.pool), resource, device_id, cpus, healthy))
+                state = "Healthy" if healthy else "Unhealthy (a CPU is offline)"
+                events.info("health_changed", f"health: {resource} {device_id} is now {state}", pool=str(devices.pool),
+                            resource=resource, device=device_id, cpus=cpus, healthy=healthy)
             self._pools.update(resource, devices)
         self.tree = new
         self._checked = (new, {})  # the first tree's messages are of no use now: its servers made their own
         self._online = online
+
+
+class _HandOut(Observer):
+    """IRQ steering's wake (from a server thread): CPUs of a steered pool just given out are cleared at once."""
+
+    def __init__(self, steered: frozenset[Pool], wakes: Wakes) -> None:
+        self._steered, self._wakes = steered, wakes
+
+    def allocated(self, allocation: Allocation, seconds: float) -> None:
+        if allocation.pool in self._steered:
+            self._wakes.put(HandedOut(parse_cpu_list(allocation.cpus)))

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from deviceplugin.events import CoreWithheld
 from deviceplugin.model.cpulist import format_cpu_list
 from deviceplugin.model.devices import core_device_ids, legacy_core_cpus
 from deviceplugin.model.plan import CORE_POOLS, RESOURCE_NAMES, Pool, PoolPlan
@@ -27,14 +26,11 @@ class Withheld:
     device_id: str
     reason: str
 
-    def event(self) -> CoreWithheld:
-        """The event the daemon emits for this core: one sentence for its log and describe's note."""
-        return CoreWithheld(format_cpu_list(self.core.cpus), str(self.planned), self.resource, self.device_id,
-                            self.reason)
-
     @property
     def message(self) -> str:
-        return self.event().message
+        """One sentence for the daemon's ``core_withheld`` line and describe's note."""
+        return (f"core {{{format_cpu_list(self.core.cpus)}}} withheld from {self.planned}: {self.resource} "
+                f"{self.device_id} is still held ({self.reason}); it rejoins {self.planned} once the kubelet frees it")
 
 
 def _planned_pool(plan: PoolPlan) -> dict[Core, Pool]:

@@ -1,8 +1,9 @@
 """Log lines for machines and people: one line per record, ``key=value`` (logfmt) or JSON.
 
-Every record becomes ``time``, ``level``, ``logger``, then the event name and
-fields :class:`deviceplugin.events.Events` attached (absent on plain log
-lines), then ``msg``, and ``error`` holding a traceback if there was one.
+Every record becomes ``time``, ``level``, ``logger``, then ``event`` and the
+fields passed with it (:class:`deviceplugin.events.EventLog`, or any ``extra=``
+of a plain ``logging`` call), then ``msg``, and ``error`` holding a traceback
+if there was one.
 Newlines inside values are escaped, so one record is always one line and a
 log shipper never splits an event.
 """
@@ -18,6 +19,13 @@ from typing import IO, Any
 
 FORMATS = ("text", "json")
 _BARE = re.compile(r"[A-Za-z0-9_./:@,+-]+\Z")
+#: What every LogRecord has (and what formatters add): anything else on a record came with ``extra=``.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, object]:
+    """The fields a call passed with ``extra=`` (``event`` among them), in the order given."""
+    return {key: value for key, value in record.__dict__.items() if key not in _STANDARD}
 
 
 def record_fields(record: logging.LogRecord, formatter: logging.Formatter) -> dict[str, Any]:
@@ -27,11 +35,11 @@ def record_fields(record: logging.LogRecord, formatter: logging.Formatter) -> di
         "level": record.levelname.lower(),
         "logger": record.name,
     }
-    event = getattr(record, "event", None)
-    if event is not None:
-        fields["event"] = event
-        for key, value in getattr(record, "fields", {}).items():
-            fields[key] = _plain(value)
+    extra = extra_fields(record)
+    if "event" in extra:
+        fields["event"] = _plain(extra.pop("event"))
+    for key, value in extra.items():
+        fields.setdefault(key, _plain(value))
     fields["msg"] = record.getMessage()
     if record.exc_info:
         fields["error"] = formatter.formatException(record.exc_info)

@@ -26,17 +26,7 @@ from prometheus_client.registry import Collector
 
 from deviceplugin import build_info
 from deviceplugin.errors import CmkError
-from deviceplugin.events import (
-    Allocated,
-    AllocateRefused,
-    Event,
-    IrqsSteered,
-    IrqUnmovable,
-    KubeletRestart,
-    PreferredAllocation,
-    PreferredAllocationRefused,
-    Registered,
-)
+from deviceplugin.events import Allocation, Observer
 from deviceplugin.model.assignments import Assignments
 from deviceplugin.model.confinement import held_sets
 from deviceplugin.model.cpustats import held_cpus
@@ -181,8 +171,8 @@ CONFIG_NONE = ("none", "")
 CONFIG_LAST_GOOD = ("last-good", "")
 
 
-class Metrics:
-    """The daemon's registry: event-fed counters and histograms plus a :class:`PoolCollector`.
+class Metrics(Observer):
+    """The daemon's registry: counters and histograms plus a :class:`PoolCollector`.
 
     :meth:`encode` is what a scrape answers, in the format its Accept header
     negotiates (prometheus_client's ``choose_encoder``: OpenMetrics or the
@@ -267,27 +257,31 @@ class Metrics:
         """The exposition of one scrape in the text format (what a client that names no format gets)."""
         return self.encode()[1]
 
-    def on_event(self, event: Event) -> None:
-        """An :data:`deviceplugin.events.Listener`: count and time what the daemon reports."""
-        match event:
-            case Registered(resource=resource):
-                self.registrations.labels(resource).inc()
-            case KubeletRestart():
-                self.kubelet_restarts.inc()
-            case Allocated(pool=pool, seconds=seconds):
-                self.allocate_seconds.labels(pool).observe(seconds)
-            case AllocateRefused(pool=pool, seconds=seconds):
-                self.allocate_seconds.labels(pool).observe(seconds)
-                self.allocate_errors.labels(pool).inc()
-            case PreferredAllocation(pool=pool, seconds=seconds):
-                self.preferred_seconds.labels(pool).observe(seconds)
-            case PreferredAllocationRefused(pool=pool, seconds=seconds):
-                self.preferred_seconds.labels(pool).observe(seconds)
-                self.preferred_errors.labels(pool).inc()
-            case IrqsSteered(narrowed=narrowed):
-                self.irq_masks_narrowed.set(narrowed)
-            case IrqUnmovable():
-                self.irqs_unmovable.inc()
+    # --- the daemon's :class:`Observer`: count and time what it reports ---------------------
+
+    def registered(self, resource: str) -> None:
+        self.registrations.labels(resource).inc()
+
+    def kubelet_restarted(self) -> None:
+        self.kubelet_restarts.inc()
+
+    def allocated(self, allocation: Allocation, seconds: float) -> None:
+        self.allocate_seconds.labels(allocation.pool).observe(seconds)
+
+    def allocate_refused(self, pool: str, seconds: float) -> None:
+        self.allocate_seconds.labels(pool).observe(seconds)
+        self.allocate_errors.labels(pool).inc()
+
+    def preferred(self, pool: str, seconds: float, *, refused: bool) -> None:
+        self.preferred_seconds.labels(pool).observe(seconds)
+        if refused:
+            self.preferred_errors.labels(pool).inc()
+
+    def irqs_steered(self, narrowed: int) -> None:
+        self.irq_masks_narrowed.set(narrowed)
+
+    def irq_unmovable(self) -> None:
+        self.irqs_unmovable.inc()
 
 
 @contextmanager

@@ -1,10 +1,10 @@
 """Name the pod and container behind an allocation, after the fact, from the kubelet's pod resources.
 
 The kubelet's Allocate request carries device IDs only, never the pod or
-container, so the ``allocated`` log line cannot name them. This listener
+container, so the ``allocated`` log line cannot name them. This observer
 queues each allocation and, in its own thread (never inside Allocate),
 asks pod resources ``List`` a moment later which container holds those IDs,
-then emits ``allocation_resolved``. It retries a few times (:data:`DELAYS`)
+then logs ``allocation_resolved``. It retries a few times (:data:`DELAYS`)
 while the kubelet finishes admitting; an allocation never seen (the pod was
 rejected by another plugin, or deleted at once) ends with a debug line, and
 with the kubelet away the queued ones are dropped with a debug line.
@@ -12,36 +12,34 @@ with the kubelet away the queued ones are dropped with a debug line.
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from deviceplugin.events import Allocated, AllocationResolved, Event, Events
+from deviceplugin.events import Allocation, EventLog, Observer
 from deviceplugin.model.assignments import Holding
 from deviceplugin.protocol.podresources import Unavailable, read_assignments
 
-log = logging.getLogger(__name__)
+events = EventLog(__name__)
 
 #: Seconds to wait before each look-up: admission usually completes within the first.
 DELAYS = (0.5, 1.0, 2.0, 4.0)
 
 #: (look-ups made, monotonic time the next is due, the allocation)
-_Pending = tuple[int, float, Allocated]
+_Pending = tuple[int, float, Allocation]
 
 
-class AllocationResolver:
+class AllocationResolver(Observer):
     """Batches: one List per round answers every allocation queued meanwhile, however many pods arrive."""
 
-    def __init__(self, events: Events, socket: Path, *, delays: Sequence[float] = DELAYS,
+    def __init__(self, socket: Path, *, delays: Sequence[float] = DELAYS,
                  timeout: float = 1.0) -> None:
-        self._events = events
         self._socket = socket
         self._delays = tuple(delays)
         self._timeout = timeout
-        self._queue: queue.Queue[Allocated | None] = queue.Queue()
+        self._queue: queue.Queue[Allocation | None] = queue.Queue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cmk-resolver", daemon=True)
 
@@ -53,9 +51,8 @@ class AllocationResolver:
         self._queue.put(None)
         self._thread.join()
 
-    def on_event(self, event: Event) -> None:
-        if isinstance(event, Allocated):
-            self._queue.put(event)
+    def allocated(self, allocation: Allocation, seconds: float) -> None:
+        self._queue.put(allocation)
 
     def _take(self, pending: list[_Pending], block: bool) -> None:
         """Move queued allocations into ``pending``, each due for its first look-up after ``delays[0]``."""
@@ -81,7 +78,7 @@ class AllocationResolver:
             try:
                 holdings = read_assignments(self._socket, allocatable=False, timeout=self._timeout).holdings
             except Unavailable as err:
-                log.debug("cannot name the holders of %d allocations: %s", len(pending), err)
+                events.logger.debug("cannot name the holders of %d allocations: %s", len(pending), err)
                 pending = []
                 continue
             pending = self._after_lookup(pending, holdings, time.monotonic())
@@ -97,16 +94,18 @@ class AllocationResolver:
                 continue
             attempts += 1
             if attempts >= len(self._delays):
-                log.debug("allocation of %s %s never appeared in pod resources", allocated.resource,
-                          ",".join(allocated.devices))
+                events.logger.debug("allocation of %s %s never appeared in pod resources", allocated.resource,
+                                    ",".join(allocated.devices))
                 continue
             still.append((attempts, now + self._delays[attempts], allocated))
         return still
 
-    def _resolve(self, allocated: Allocated, holdings: Sequence[Holding]) -> bool:
+    def _resolve(self, allocated: Allocation, holdings: Sequence[Holding]) -> bool:
         ids = set(allocated.devices)
         holders = [h for h in holdings if h.resource == allocated.resource and ids <= set(h.device_ids)]
         for h in holders:
-            self._events.emit(AllocationResolved(allocated.pool, allocated.resource, tuple(h.device_ids),
-                                                 allocated.cpus, h.namespace, h.pod, h.container))
+            events.info("allocation_resolved", f"{allocated.resource} {','.join(h.device_ids)} (CPUs {allocated.cpus}) held "
+                        f"by {h.namespace}/{h.pod} container {h.container}", pool=allocated.pool,
+                        resource=allocated.resource, devices=tuple(h.device_ids), cpus=allocated.cpus,
+                        namespace=h.namespace, pod=h.pod, container=h.container)
         return bool(holders)

@@ -9,7 +9,6 @@ the daemon can tell a new kubelet from the one it already serves, and
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import threading
@@ -23,9 +22,9 @@ import grpc
 from api.constants import API_VERSION
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.events import Events, Registered, RegisterFailed
+from deviceplugin.events import EventLog, Observer
 
-log = logging.getLogger(__name__)
+events = EventLog(__name__)
 
 FIRST_DELAY = 0.05
 MAX_DELAY = 5.0
@@ -145,11 +144,11 @@ class Registrar:
     """
 
     def __init__(self, kubelet_socket: Path, registrations: Sequence[Registration],
-                 events: Events | None = None, *, served: Callable[[str], bool] = lambda resource: True,
+                 observer: Observer | None = None, *, served: Callable[[str], bool] = lambda resource: True,
                  outage: bool = False) -> None:
         self._kubelet_socket = kubelet_socket
         self._served = served
-        self._events = events or Events()
+        self._observer = observer or Observer()
         self._by_resource = {r.resource: r for r in registrations}
         self._cancel = threading.Event()
         self._wake = threading.Condition()
@@ -230,14 +229,17 @@ class Registrar:
                 register(self._kubelet_socket, registration,
                          served=lambda: self._served(registration.resource))
             except NotServed:
-                log.debug("%s: its socket is gone, not registering it from this server", registration.resource)
+                events.logger.debug("%s: its socket is gone, not registering it from this server",
+                                    registration.resource)
                 return
             except RegisterError as err:
                 with self._lock:
                     first, self._outage = not self._outage, True
                 if first:  # one line per outage, not one per retry or per pool
-                    self._events.emit(RegisterFailed(registration.resource, str(self._kubelet_socket),
-                                                     err.code, err.details, MAX_DELAY))
+                    events.warning("register_failed", f"cannot register {registration.resource} at {self._kubelet_socket} "
+                                   f"({err.code}: {err.details}); retrying with backoff up to {MAX_DELAY:.0f} s",
+                                   resource=registration.resource, kubelet_socket=str(self._kubelet_socket),
+                                   code=err.code, details=err.details, max_delay=MAX_DELAY)
                 self._backoff(delay)
                 delay = min(delay * 2, MAX_DELAY)
                 continue
@@ -248,5 +250,8 @@ class Registrar:
                 self._registered[registration.resource] = identity
                 self._outage = False
             preferred = registration.options.get_preferred_allocation_available
-            self._events.emit(Registered(registration.resource, registration.endpoint, preferred))
+            events.info("registered", f"registered {registration.resource} with the kubelet (endpoint "
+                        f"{registration.endpoint}, preferred allocation {'on' if preferred else 'off'})",
+                        resource=registration.resource, endpoint=registration.endpoint, preferred_allocation=preferred)
+            self._observer.registered(registration.resource)
             return

@@ -14,7 +14,6 @@ Why it works this way: ``docs/design/plugin-server.md``.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -29,14 +28,7 @@ from api.health.v1 import health_pb2, health_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.errors import CmkError, one_line
-from deviceplugin.events import (
-    Allocated,
-    AllocateRefused,
-    Events,
-    PreferredAllocation,
-    PreferredAllocationRefused,
-    StreamReplaced,
-)
+from deviceplugin.events import Allocation, EventLog, Observer
 from deviceplugin.model.answers import (
     ContainerAnswer,
     DeviceRequestError,
@@ -47,7 +39,7 @@ from deviceplugin.model.devices import PoolDevices
 from deviceplugin.model.policy import CoreIndex, index_cores
 from deviceplugin.model.shown import shown_ids
 
-log = logging.getLogger(__name__)
+events = EventLog(__name__)
 
 #: policy.prefer(index, available, must_include, size) -> IDs; raises ValueError on bad input.
 Preference = Callable[[CoreIndex, Sequence[str], Sequence[str], int], list[str]]
@@ -130,14 +122,14 @@ class PoolServer(pb_grpc.DevicePluginServicer):
     """Serves one resource; :meth:`update` pushes a new snapshot to every open stream."""
 
     def __init__(self, devices: PoolDevices, *, socket_path: Path, install_dir: str,
-                 prefer: Preference, cdi: bool = False, events: Events | None = None,
+                 prefer: Preference, cdi: bool = False, observer: Observer | None = None,
                  on_stream_lost: Callable[[PoolServer, int], None] | None = None, config_ok: bool = True,
                  wire: bytes | None = None) -> None:
         """``wire``: ``devices``' ListAndWatch message as :func:`list_message_wire` made it, if made already."""
         self.socket_path = socket_path
         self.config_ok = config_ok
         self._on_stream_lost = on_stream_lost
-        self._events = events or Events()
+        self._observer = observer or Observer()
         self._install_dir = install_dir
         self._cdi = cdi
         self._prefer = prefer
@@ -276,7 +268,9 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                 newer = self._opened if replaced() else None
                 lost = not self._stopped and newer is None
             if newer is not None:
-                self._events.emit(StreamReplaced(self.resource, number, newer))
+                events.warning("stream_replaced", f"ListAndWatch stream {number} of {self.resource} ended: stream {newer} "
+                               "replaced it (the kubelet holds one per plugin)", resource=self.resource, stream=number,
+                               newer=newer)
             if lost and self._on_stream_lost is not None:
                 self._on_stream_lost(self, number)
 
@@ -295,12 +289,17 @@ class PoolServer(pb_grpc.DevicePluginServicer):
             try:
                 chosen = self._prefer(index, available, must_include, req.allocation_size)
             except ValueError as err:
-                self._events.emit(PreferredAllocationRefused(pool, devices.resource, str(err),
-                                                             time.perf_counter() - start))
+                seconds = time.perf_counter() - start
+                events.warning("preferred_allocation_refused", f"refused preferred allocation: {err}", pool=pool,
+                               resource=devices.resource, error=str(err), seconds=seconds)
+                self._observer.preferred(pool, seconds, refused=True)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(f"{devices.resource}: {err}"))
-            self._events.emit(PreferredAllocation(pool, devices.resource, _known(devices, available),
-                                                  _known(devices, must_include), req.allocation_size,
-                                                  tuple(chosen), time.perf_counter() - start))
+            seconds = time.perf_counter() - start
+            events.debug("preferred_allocation", f"preferred {' '.join(chosen)} for {devices.resource}", pool=pool,
+                         resource=devices.resource, available=_known(devices, available),
+                         must_include=_known(devices, must_include), size=req.allocation_size, chosen=tuple(chosen),
+                         seconds=seconds)
+            self._observer.preferred(pool, seconds, refused=False)
             responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=chosen))
         return pb.PreferredAllocationResponse(container_responses=responses)
 
@@ -315,12 +314,16 @@ class PoolServer(pb_grpc.DevicePluginServicer):
                 answer = allocate_answer(devices, ids, install_dir=self._install_dir,
                                          cdi=self._cdi)
             except DeviceRequestError as err:
-                self._events.emit(AllocateRefused(pool, devices.resource, shown_ids(ids), len(ids), str(err),
-                                                  time.perf_counter() - start))
+                seconds = time.perf_counter() - start
+                events.warning("allocate_refused", f"refused allocation: {err}", pool=pool, resource=devices.resource,
+                               devices=shown_ids(ids), requested=len(ids), error=str(err), seconds=seconds)
+                self._observer.allocate_refused(pool, seconds)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, one_line(err))
             cpus = format_cpu_list(devices.cpus_of(ids))
-            self._events.emit(Allocated(pool, devices.resource, _known(devices, ids), cpus,
-                                        time.perf_counter() - start))
+            allocation, seconds = Allocation(pool, devices.resource, _known(devices, ids), cpus), time.perf_counter() - start
+            events.info("allocated", f"allocated {devices.resource} {','.join(allocation.devices)}: CPUs {cpus}", pool=pool,
+                        resource=devices.resource, devices=allocation.devices, cpus=cpus, seconds=seconds)
+            self._observer.allocated(allocation, seconds)
             responses.append(answer_message(answer))
         return pb.AllocateResponse(container_responses=responses)
 

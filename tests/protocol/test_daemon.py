@@ -7,6 +7,7 @@ bad flags, a kubelet that is away). Fixture copies get isolcpus written in.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -20,7 +21,6 @@ from hypothesis import strategies as st
 
 from api.v1beta1 import deviceplugin_pb2 as pb
 from deviceplugin.daemon import Daemon, DaemonSettings, socket_name
-from deviceplugin.events import Event, KubeletRestart, ServingAgain
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.devices import device_tree
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pools
@@ -41,6 +41,7 @@ from tests.support.daemon import (
     three_pool_pod,
     wait_registered,
 )
+from tests.support.records import logged
 from tests.support.topologies import fixture_copy, set_online
 
 # --- registration, capacity, topology --------------------------------------------------------
@@ -219,23 +220,22 @@ def test_kubelet_restart_reregisters_every_pool_with_the_same_ids(kubelet, start
 
 
 def test_a_kubelet_restart_whose_sweep_removes_a_rebound_socket_is_counted_once(kubelet, plugin_dir, start_daemon,
-                                                                                 tmp_path):
+                                                                                 tmp_path, caplog):
     # The real kubelet's start-up sweep lists the directory, then unlinks: a socket the daemon rebound at
     # the first one's going would be removed too. Here the same order by hand: the kubelet stops, a socket
     # of ours goes (the daemon stops serving and waits for a kubelet), the new kubelet.sock comes.
     sysfs, procfs = copy_with_isolcpus("hwloc-32intel64-2p8co2t+8ve", tmp_path)
-    daemon = start_daemon(sysfs, procfs)
-    seen: list[Event] = []
-    daemon.events.listen(seen.append)
+    caplog.set_level(logging.INFO, logger="deviceplugin")
+    start_daemon(sysfs, procfs)
     served = {EXCLUSIVE, SHARED, INFRA}
     wait_registered(kubelet, served)
     kubelet.stop()
     (plugin_dir / socket_name(EXCLUSIVE)).unlink()
-    kubelet.wait_for(lambda: any(isinstance(e, ServingAgain) for e in seen), what="the daemon stopping its servers")
+    kubelet.wait_for(lambda: logged(caplog.records, "serving_again"), what="the daemon stopping its servers")
     kubelet.start()
     wait_registered(kubelet, served, count=2)
-    assert [e.reason for e in seen if isinstance(e, ServingAgain)] == ["a plugin socket of ours was removed"]
-    assert len([e for e in seen if isinstance(e, KubeletRestart)]) == 1
+    assert [e["reason"] for e in logged(caplog.records, "serving_again")] == ["a plugin socket of ours was removed"]
+    assert len(logged(caplog.records, "kubelet_restart")) == 1
     assert kubelet.violations() == []
 
 

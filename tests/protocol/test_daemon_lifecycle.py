@@ -8,6 +8,7 @@ the process's life matters) against the kubelet stand-in over real unix sockets.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,6 @@ import pytest
 from api.constants import KUBELET_SOCKET_NAME
 from deviceplugin.daemon import Daemon, DaemonSettings, socket_name
 from deviceplugin.errors import CmkError
-from deviceplugin.events import Event, ServingAgain
 from deviceplugin.model import cdispec
 from deviceplugin.standin import ContainerSpec, PodSpec
 from tests.support.daemon import (
@@ -33,6 +33,7 @@ from tests.support.daemon import (
     our_sockets,
     wait_registered,
 )
+from tests.support.records import logged
 from tests.support.topologies import fixture_copy
 
 SERVED = {EXCLUSIVE, SHARED, INFRA}
@@ -199,7 +200,7 @@ def test_a_socket_the_starting_kubelet_unlinks_right_after_the_rebind_is_served_
 
 
 def test_after_a_kubelet_restart_nothing_is_served_until_the_new_kubelet_sock_accepts(make_kubelet, plugin_dir,
-                                                                                     tmp_path):
+                                                                                     tmp_path, caplog):
     """A killed kubelet leaves its kubelet.sock behind with nobody listening; the next one unlinks every socket
     in the directory, in the order it listed them, and only then listens on a new kubelet.sock. Before: at the
     first socket of its own to go, the daemon bound new ones and registered at once, while the sweep went on
@@ -209,13 +210,12 @@ def test_after_a_kubelet_restart_nothing_is_served_until_the_new_kubelet_sock_ac
     old = subprocess.Popen([sys.executable, "-m", "deviceplugin.standin", "--plugin-dir", str(plugin_dir)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     daemon = cdi_daemon(plugin_dir, tmp_path)
-    seen: list[Event] = []
-    daemon.events.listen(seen.append)
+    caplog.set_level(logging.INFO, logger="deviceplugin")
     try:
         wait_until((plugin_dir / KUBELET_SOCKET_NAME).exists, "the first kubelet (a process) listening")
         daemon.start()
         wait_until(lambda: daemon.registered, "registered with the first kubelet")
-        seen.clear()
+        caplog.clear()
         old.kill()  # SIGKILL: its kubelet.sock stays, refusing connections
         old.wait(timeout=10)
         assert (plugin_dir / KUBELET_SOCKET_NAME).exists()
@@ -227,7 +227,8 @@ def test_after_a_kubelet_restart_nothing_is_served_until_the_new_kubelet_sock_ac
         wait_registered(kubelet, SERVED)
         kubelet.wait_for(lambda: daemon.registered, what="the daemon's view: registered with the new kubelet")
         assert sorted(r.resource for r in kubelet.registrations()) == sorted(SERVED)  # once each
-        assert [e.reason for e in seen if isinstance(e, ServingAgain)] == ["a plugin socket of ours was removed"]
+        assert [e["reason"] for e in logged(caplog.records, "serving_again")] == \
+            ["a plugin socket of ours was removed"]
         assert kubelet.violations() == []
     finally:
         daemon.stop()

@@ -15,44 +15,42 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.daemon import Daemon, DaemonSettings
-from deviceplugin.events import CoreReleased, CoreWithheld, Events
 from deviceplugin.host.slotrecord import RECORD_NAME
 from deviceplugin.model import devices as device_model
 from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.model.plan import PlanOptions
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
+from tests.support.records import logged
 from tests.support.topologies import fixture_copy, take_offline_as_the_kernel_does
 
 INSTALL_DIR = "/opt/cmk-test"
 
 
 @pytest.fixture
-def run_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path) -> Iterator[Callable[..., tuple[Daemon, list]]]:
-    """``run_daemon(**plan)``: a daemon on CMK's Xeon D reading the stand-in's pod resources; (daemon, events)."""
+def run_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path,
+               caplog: pytest.LogCaptureFixture) -> Iterator[Callable[..., Daemon]]:
+    """``run_daemon(**plan)``: a daemon on CMK's Xeon D reading the stand-in's pod resources; its lines in ``caplog``."""
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
     running: list[Daemon] = []
+    caplog.set_level(logging.INFO, logger="deviceplugin")
 
-    def run(**plan: object) -> tuple[Daemon, list]:
-        seen: list = []
-        events = Events()
-        events.listen(seen.append)
+    def run(**plan: object) -> Daemon:
+        caplog.clear()  # each daemon's own lines
         daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
                                        install_dir=INSTALL_DIR, plan=PlanOptions(**plan),  # type: ignore[arg-type]
-                                       pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1),
-                        events=events)
+                                       pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1))
         daemon.start()
         running.append(daemon)
-        return daemon, seen
+        return daemon
 
     yield run
     for daemon in running:
         daemon.stop()
 
 
-def replace_daemon(kubelet: Kubelet, run: Callable[..., tuple[Daemon, list]], old: Daemon,
-                   resources: frozenset[str] = frozenset({EXCLUSIVE, SHARED, INFRA}),
-                   **plan: object) -> tuple[Daemon, list]:
+def replace_daemon(kubelet: Kubelet, run: Callable[..., Daemon], old: Daemon,
+                   resources: frozenset[str] = frozenset({EXCLUSIVE, SHARED, INFRA}), **plan: object) -> Daemon:
     old.stop()
     new = run(**plan)
     wait_registered(kubelet, set(resources), count=2)
@@ -63,20 +61,22 @@ def cpus(env: str) -> frozenset[int]:
     return parse_cpu_list(env)
 
 
-def test_a_core_moved_from_exclusive_to_shared_while_held_stays_out_until_freed(kubelet, run_daemon, plugin_dir):
-    first, _ = run_daemon(num_exclusive_cores=3, num_shared_cores=1)  # exclusive {0,8} {1,9} {2,10}
+def test_a_core_moved_from_exclusive_to_shared_while_held_stays_out_until_freed(kubelet, run_daemon, plugin_dir,
+                                                                                caplog):
+    first = run_daemon(num_exclusive_cores=3, num_shared_cores=1)  # exclusive {0,8} {1,9} {2,10}
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     holder = kubelet.admit(PodSpec("holder", (ContainerSpec("app", limits={EXCLUSIVE: 3}),)))
     held = cpus(holder.container("app").envs["CMK_CPUS_EXCLUSIVE"])
     assert held == {0, 1, 2, 8, 9, 10}
 
-    second, seen = replace_daemon(kubelet, run_daemon, first, num_exclusive_cores=2, num_shared_cores=2)
+    second = replace_daemon(kubelet, run_daemon, first, num_exclusive_cores=2, num_shared_cores=2)
     # The new plan puts {2,10} into shared; the holder still runs on it.
     user = kubelet.admit(PodSpec("user", (ContainerSpec("app", limits={SHARED: 1}),)))
     shared = cpus(user.container("app").envs["CMK_CPUS_SHARED"])
     assert shared == {3, 11} and not shared & held
-    withheld = [e for e in seen if isinstance(e, CoreWithheld)]
-    assert [(w.core, w.pool, w.resource) for w in withheld] == [("2,10", "shared", EXCLUSIVE)]
+    withheld = logged(caplog.records, "core_withheld")
+    assert [(w["core"], w["pool"], w["resource"], w["level"]) for w in withheld] == [("2,10", "shared", EXCLUSIVE,
+                                                                                       "warning")]
 
     kubelet.delete_pod("holder")
     kubelet.delete_pod("user")
@@ -85,7 +85,7 @@ def test_a_core_moved_from_exclusive_to_shared_while_held_stays_out_until_freed(
                                                                  for cpu in d.cpus}, what="core released and served")
     again = kubelet.admit(PodSpec("again", (ContainerSpec("app", limits={SHARED: 1}),)))
     assert cpus(again.container("app").envs["CMK_CPUS_SHARED"]) == {2, 3, 10, 11}
-    assert [e.pool for e in seen if isinstance(e, CoreReleased)] == ["shared"]
+    assert [e["pool"] for e in logged(caplog.records, "core_released")] == ["shared"]
 
 
 def test_cores_held_under_an_old_release_id_are_not_handed_out_again(kubelet, run_daemon, monkeypatch):
@@ -93,7 +93,7 @@ def test_cores_held_under_an_old_release_id_are_not_handed_out_again(kubelet, ru
     with monkeypatch.context() as old_release:
         old_release.setattr(device_model, "core_device_ids",
                             lambda cores: {core: device_model.cpu_list_id(core) for core in cores})
-        first, _ = run_daemon(num_exclusive_cores=3, num_shared_cores=1)
+        first = run_daemon(num_exclusive_cores=3, num_shared_cores=1)
         wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
         holder = kubelet.admit(PodSpec("holder", (ContainerSpec("app", limits={EXCLUSIVE: 1}),)))
     (old_id,) = holder.container("app").device_ids[EXCLUSIVE]
@@ -112,7 +112,7 @@ def test_cores_held_under_an_old_release_id_are_not_handed_out_again(kubelet, ru
 
 
 def test_held_slots_keep_their_cpus_out_of_exclusive_across_a_plan_change(kubelet, run_daemon, plugin_dir):
-    first, _ = run_daemon(num_exclusive_cores=2, num_shared_cores=2)  # shared {2,10} {3,11}
+    first = run_daemon(num_exclusive_cores=2, num_shared_cores=2)  # shared {2,10} {3,11}
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     assert json.loads((plugin_dir / RECORD_NAME).read_text())[SHARED] == "2-3,10-11"
     slot = kubelet.admit(PodSpec("slot", (ContainerSpec("app", limits={SHARED: 1}),)))
@@ -131,11 +131,10 @@ def test_describe_names_the_withheld_core(kubelet, run_daemon, tmp_path, caplog)
 
     from tests.support.daemon import REPO
 
-    first, _ = run_daemon(num_exclusive_cores=3, num_shared_cores=1)
+    first = run_daemon(num_exclusive_cores=3, num_shared_cores=1)
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     kubelet.admit(PodSpec("holder", (ContainerSpec("app", limits={EXCLUSIVE: 3}),)))
-    with caplog.at_level(logging.WARNING, logger="deviceplugin.events"):
-        replace_daemon(kubelet, run_daemon, first, num_exclusive_cores=2, num_shared_cores=2)
+    replace_daemon(kubelet, run_daemon, first, num_exclusive_cores=2, num_shared_cores=2)
     lines = [r.getMessage() for r in caplog.records if "withheld" in r.getMessage()]
     assert len(lines) == 1 and "core {2,10} withheld from shared" in lines[0]
     sysfs = first.settings.sysfs_root
@@ -148,7 +147,7 @@ def test_describe_names_the_withheld_core(kubelet, run_daemon, tmp_path, caplog)
 
 def test_a_core_held_across_a_restart_with_one_thread_offline_is_not_free(kubelet, run_daemon):
     """The issue's first defect: with CPU 9 offline at start, core {1,9} came back as a new, free ID."""
-    first, _ = run_daemon(num_exclusive_cores=3, num_shared_cores=1)
+    first = run_daemon(num_exclusive_cores=3, num_shared_cores=1)
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     holder = kubelet.admit(PodSpec("holder", (ContainerSpec("app", limits={EXCLUSIVE: 3}),)))
     before = sorted(kubelet.devices(EXCLUSIVE))

@@ -8,6 +8,7 @@ tests/node, with real virtio interrupts).
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import threading
@@ -17,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.daemon import Daemon, DaemonSettings
-from deviceplugin.events import Events, IrqUnmovable
 from deviceplugin.host.irqs import RECORD_NAME
 from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
+from tests.support.records import logged
 from tests.support.topologies import fixture_copy
 
 ALL = frozenset(range(16))  # cmk-xeon_d: 16 CPUs
@@ -50,23 +51,23 @@ def irq_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def run_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path,
-               irq_dir: Path) -> Iterator[Callable[..., tuple[Daemon, list]]]:
+               irq_dir: Path) -> Iterator[Callable[..., tuple[Daemon, Metrics]]]:
+    """``run_daemon(steering)``: a started daemon and its metrics, fed as ``cmk device-plugin`` feeds them."""
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
     running: list[Daemon] = []
 
-    def run(steering: frozenset[Pool] = frozenset({Pool.EXCLUSIVE})) -> tuple[Daemon, list]:
-        seen: list = []
-        events = Events()
-        events.listen(seen.append)
+    def run(steering: frozenset[Pool] = frozenset({Pool.EXCLUSIVE})) -> tuple[Daemon, Metrics]:
         daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
                                        install_dir="/opt/cmk-test", plan=PlanOptions(num_shared_cores=1),
                                        pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1,
                                        irq_steering=steering, irq_dir=irq_dir,
-                                       irqbalance_dir=tmp_path / "irqbalance"),
-                        events=events)
+                                       irqbalance_dir=tmp_path / "irqbalance"))
+        metrics = Metrics(PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
+                                        registered=daemon.registered_resources, pod_resources=None), daemon.tree)
+        daemon.observers.add(metrics)
         daemon.start()
         running.append(daemon)
-        return daemon, seen
+        return daemon, metrics
 
     yield run
     for daemon in running:
@@ -145,22 +146,19 @@ def read_only_irq(irq_dir: Path) -> Iterator[Path]:
 
 
 def test_an_irq_the_kernel_refuses_is_reported_once_left_alone_and_the_rest_steered(kubelet, run_daemon, irq_dir,
-                                                                                   read_only_irq, plugin_dir):
-    daemon, seen = run_daemon()
+                                                                                   read_only_irq, plugin_dir, caplog):
+    caplog.set_level(logging.INFO, logger="deviceplugin")
+    _, metrics = run_daemon()
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
     held = hold_a_core(kubelet)
     kubelet.wait_for(lambda: not masks(irq_dir)["24"] & held, timeout=10, what="IRQ 24 off the held core")
     second = hold_a_core(kubelet, "rt2")  # a new round: the refused IRQ is not tried again
     kubelet.wait_for(lambda: not masks(irq_dir)["24"] & second, timeout=10, what="IRQ 24 off both cores")
-    metrics = Metrics(PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
-                                    registered=daemon.registered_resources, pod_resources=None), daemon.tree)
-    for event in seen:
-        metrics.on_event(event)
     exposed = metrics.render().decode()
     narrowed = len(json.loads((plugin_dir / RECORD_NAME).read_text()))
     assert "cmk_irqs_unmovable_total 1.0" in exposed and f"cmk_irq_masks_narrowed {narrowed:.1f}" in exposed
-    refusals = [e for e in seen if isinstance(e, IrqUnmovable)]
-    assert [e.irq for e in refusals] == ["27"] and "27" not in json.loads((plugin_dir / RECORD_NAME).read_text())
+    refusals = logged(caplog.records, "irq_unmovable")
+    assert [e["irq"] for e in refusals] == ["27"] and "27" not in json.loads((plugin_dir / RECORD_NAME).read_text())
     assert masks(irq_dir)["27"] == ALL
     kubelet.delete_pod("rt")
     kubelet.delete_pod("rt2")

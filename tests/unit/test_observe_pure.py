@@ -6,19 +6,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
 from api.podresources.v1 import podresources_pb2 as pb
 from deviceplugin.cli.flags import parse_address
 from deviceplugin.errors import CmkError
-from deviceplugin.events import (
-    Allocated,
-    AllocationResolved,
-    Event,
-    Events,
-    RegisterFailed,
-)
+from deviceplugin.events import Allocation, EventLog, Observer, Observers
 from deviceplugin.host.nfd import (
     FEATURE_FILE,
     check_label,
@@ -32,6 +27,7 @@ from deviceplugin.model.plan import PlanOptions, Pool, plan_pools
 from deviceplugin.observe.logs import JsonFormatter, KeyValueFormatter, configure
 from deviceplugin.protocol.podresources import allocatable_from, holdings_from
 from deviceplugin.view.live import live_data, render_live
+from tests.support.records import logged
 from tests.support.topologies import FIXTURES
 
 XEON_D = discover(FIXTURES / "cmk-xeon_d/sys", FIXTURES / "cmk-xeon_d/proc")  # isolcpus=0-3,8-11
@@ -153,25 +149,23 @@ def restore_root_logger():
 def emit_one(formatter: logging.Formatter) -> str:
     stream = io.StringIO()
     configure("DEBUG", "json" if isinstance(formatter, JsonFormatter) else "text", stream)
-    seen: list[Event] = []
-    events = Events()
-    events.listen(seen.append)
-    event = RegisterFailed("cmk.intel.com/shared", "/k/kubelet.sock", "UNAVAILABLE", "down\nsecond line", 30.0)
-    events.emit(event)
-    events.emit(Allocated("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-0.8", "cpus-1.9"), "0-1,8-9", 0.00025))
-    assert seen[0] is event and seen[1].fields() == {
-        "pool": "exclusive", "resource": "cmk.intel.com/exclusive-cores", "devices": ("cpus-0.8", "cpus-1.9"),
-        "cpus": "0-1,8-9", "seconds": 0.00025}
+    events = EventLog("deviceplugin.test")
+    events.warning("register_failed", "cannot register cmk.intel.com/shared at /k/kubelet.sock (UNAVAILABLE: down\n"
+                   "second line); retrying with backoff up to 30 s", resource="cmk.intel.com/shared",
+                   kubelet_socket="/k/kubelet.sock", code="UNAVAILABLE", details="down\nsecond line", max_delay=30.0)
+    events.info("allocated", "allocated cmk.intel.com/exclusive-cores cpus-0.8,cpus-1.9: CPUs 0-1,8-9",
+                pool="exclusive", resource="cmk.intel.com/exclusive-cores", devices=("cpus-0.8", "cpus-1.9"),
+                cpus="0-1,8-9", seconds=0.00025)
     return stream.getvalue()
 
 
 def test_text_lines_are_key_value_one_line_per_event():
     failed, allocated = emit_one(KeyValueFormatter()).splitlines()
-    assert " level=warning logger=deviceplugin.events event=register_failed resource=cmk.intel.com/shared " \
+    assert " level=warning logger=deviceplugin.test event=register_failed resource=cmk.intel.com/shared " \
            "kubelet_socket=/k/kubelet.sock code=UNAVAILABLE details=\"down\\nsecond line\" max_delay=30 " \
            "msg=\"cannot register cmk.intel.com/shared at /k/kubelet.sock (UNAVAILABLE: down\\nsecond line); " \
            "retrying with backoff up to 30 s\"" in failed
-    assert " level=info logger=deviceplugin.events event=allocated pool=exclusive " \
+    assert " level=info logger=deviceplugin.test event=allocated pool=exclusive " \
            "resource=cmk.intel.com/exclusive-cores devices=cpus-0.8,cpus-1.9 cpus=0-1,8-9 seconds=0.00025 " \
            "msg=\"allocated cmk.intel.com/exclusive-cores cpus-0.8,cpus-1.9: CPUs 0-1,8-9\"" in allocated
     assert failed.startswith("time=") and failed.split()[0].endswith("Z")
@@ -181,6 +175,34 @@ def test_json_lines_parse_and_keep_lists():
     failed, allocated = map(json.loads, emit_one(JsonFormatter()).splitlines())
     assert allocated["event"] == "allocated" and allocated["devices"] == ["cpus-0.8", "cpus-1.9"]
     assert failed["details"] == "down\nsecond line" and failed["level"] == "warning"
+
+
+def test_a_plain_logging_call_with_extra_fields_renders_them_too():
+    stream = io.StringIO()
+    configure("INFO", "text", stream)
+    logging.getLogger("x").info("rebalanced", extra={"event": "rebalanced", "pool": "shared", "moved": 2})
+    (line,) = stream.getvalue().splitlines()
+    assert line.endswith(" level=info logger=x event=rebalanced pool=shared moved=2 msg=rebalanced")
+
+
+def test_an_observer_that_fails_is_logged_and_the_next_is_still_told(caplog):
+    class Broken(Observer):
+        def allocated(self, allocation: Allocation, seconds: float) -> None:
+            raise RuntimeError("broken metric")
+
+    class Seen(Observer):
+        def __init__(self) -> None:
+            self.allocations: list[Allocation] = []
+
+        def allocated(self, allocation: Allocation, seconds: float) -> None:
+            self.allocations.append(allocation)
+
+    seen = Seen()
+    allocation = Allocation("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-0.8",), "0,8")
+    Observers(Broken(), seen).allocated(allocation, 0.001)
+    assert seen.allocations == [allocation]
+    (failed,) = caplog.records
+    assert failed.levelname == "ERROR" and failed.getMessage() == "observer Broken failed" and failed.exc_info
 
 
 def test_a_traceback_stays_on_one_line():
@@ -208,19 +230,16 @@ def test_bad_metrics_addresses_say_what_is_expected(text):
         parse_address(text)
 
 
-def test_an_allocation_spends_a_look_up_only_when_its_own_turn_came():
+def test_an_allocation_spends_a_look_up_only_when_its_own_turn_came(caplog):
     """A round made for a newer allocation must not use up an older one's attempts early."""
     from pathlib import Path
 
     from deviceplugin.model.assignments import Holding
     from deviceplugin.observe.resolver import AllocationResolver
 
-    seen: list[Event] = []
-    events = Events()
-    events.listen(seen.append)
-    resolver = AllocationResolver(events, Path("/nonexistent"), delays=(0.5, 1.0, 2.0))
-    old = Allocated("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-0.8",), "0,8", 0.001)
-    new = Allocated("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-1.9",), "1,9", 0.001)
+    resolver = AllocationResolver(Path("/nonexistent"), delays=(0.5, 1.0, 2.0))
+    old = Allocation("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-0.8",), "0,8")
+    new = Allocation("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-1.9",), "1,9")
     # the newer one is due now; the older one has two look-ups behind it and is due in 2 s
     after = resolver._after_lookup([(2, 102.0, old), (0, 100.0, new)], holdings=[], now=100.0)
     assert after == [(2, 102.0, old), (1, 101.0, new)]
@@ -228,21 +247,36 @@ def test_an_allocation_spends_a_look_up_only_when_its_own_turn_came():
     assert resolver._after_lookup(after, holdings=[], now=102.0) == [(2, 104.0, new)]
     # any round resolves whatever is held, due or not
     held = [Holding("net", "dpdk", "fwd", "cmk.intel.com/exclusive-cores", ("cpus-1.9",))]
+    caplog.set_level(logging.INFO, logger="deviceplugin")
     assert resolver._after_lookup([(1, 105.0, new)], holdings=held, now=102.0) == []
-    assert seen == [AllocationResolved("exclusive", "cmk.intel.com/exclusive-cores", ("cpus-1.9",), "1,9",
-                                       "net", "dpdk", "fwd")]
+    assert logged(caplog.records, "allocation_resolved") == [{
+        "event": "allocation_resolved", "pool": "exclusive", "resource": "cmk.intel.com/exclusive-cores",
+        "devices": ("cpus-1.9",), "cpus": "1,9", "namespace": "net", "pod": "dpdk", "container": "fwd",
+        "msg": "cmk.intel.com/exclusive-cores cpus-1.9 (CPUs 1,9) held by net/dpdk container fwd", "level": "info"}]
 
 
-def test_every_event_has_its_own_name_and_the_docs_list_it():
+def test_every_event_the_daemon_logs_is_listed_in_the_docs():
     import re
     from pathlib import Path
 
-    from deviceplugin import events as catalogue
-
-    names = [cls.name for cls in vars(catalogue).values()
-             if isinstance(cls, type) and issubclass(cls, Event) and cls is not Event]
-    assert len(names) == len(set(names)) and "serving_again" in names  # unique; the catalogue is read whole
+    names = logged_event_names(Path(__file__).resolve().parents[2] / "deviceplugin")
+    assert {"serving_again", "allocated", "config_error"} <= names  # the scan finds the calls
     docs = Path(__file__).resolve().parents[2].joinpath("docs/user/observability.md").read_text()
     logs = docs.partition("\n## Logs\n")[2]
     listed = set(re.findall(r"`([a-z_]+)`", logs.partition("\n## ")[0]))
-    assert set(names) <= listed, f"the Logs section of docs/user/observability.md misses {sorted(set(names) - listed)}"
+    assert names <= listed, f"the Logs section of docs/user/observability.md misses {sorted(names - listed)}"
+
+
+def logged_event_names(package: Path) -> set[str]:
+    """The event names of every ``EventLog`` call in ``package``: the first argument of ``events.<level>("name", ...)``."""
+    import ast
+
+    names = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "events"
+                    and node.func.attr in ("debug", "info", "warning", "error", "exception")
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                names.add(node.args[0].value)
+    return names
