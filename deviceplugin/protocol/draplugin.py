@@ -8,7 +8,6 @@ reads back exactly what was given. Not yet wired into the daemon: ``docs/design/
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from api.dra.v1 import api_pb2_grpc as dra_grpc
 from api.pluginregistration.v1 import api_pb2 as reg_pb
 from api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from deviceplugin.errors import CmkError, one_line
+from deviceplugin.events import EventLog
 from deviceplugin.model.claims import (
     AllocatedDevice,
     ClaimError,
@@ -36,7 +36,7 @@ from deviceplugin.model.claims import (
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.resourceslices import DRIVER_NAME
 
-log = logging.getLogger(__name__)
+events = EventLog(__name__)
 
 #: The kubelet's plugin watcher looks here for registration sockets (it follows the kubelet's --root-dir).
 PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
@@ -86,9 +86,12 @@ class Registration(reg_grpc.RegistrationServicer):
                                  context: grpc.ServicerContext) -> reg_pb.RegistrationStatusResponse:
         self.status = RegistrationStatus(request.plugin_registered, request.error)
         if request.plugin_registered:
-            log.info("kubelet registered DRA driver %s at %s", self.driver, self.endpoint)
+            events.info("dra_registered", f"the kubelet registered DRA driver {self.driver} at {self.endpoint}",
+                        driver=self.driver, endpoint=str(self.endpoint))
         else:
-            log.warning("kubelet refused DRA driver %s: %s", self.driver, one_line(request.error))
+            error = one_line(request.error)
+            events.warning("dra_register_refused", f"the kubelet refused DRA driver {self.driver}: {error}",
+                           driver=self.driver, error=error)
         self.notified.set()
         return reg_pb.RegistrationStatusResponse()
 
@@ -133,7 +136,8 @@ class DraPlugin(dra_grpc.DRAPluginServicer):
                     state[claim.uid] = prepare(state, claim.uid, name, allocated, self._index,
                                                driver=self.driver, pool_name=self.pool_name)
                 except CmkError as err:
-                    log.warning("cannot prepare claim %s: %s", name, one_line(err))
+                    events.warning("claim_refused", f"cannot prepare claim {name}: {one_line(err)}",
+                                   claim=name, uid=claim.uid, error=one_line(err))
                     response.claims[claim.uid].error = one_line(err)
             failed = self._save(state) if state != self._prepared else None
             for claim in request.claims:

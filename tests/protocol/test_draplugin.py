@@ -29,6 +29,7 @@ from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool, plan_pool
 from deviceplugin.model.resourceslices import DRIVER_NAME, device_name
 from deviceplugin.model.topology import build_topology
 from deviceplugin.protocol.draplugin import DraPlugin, Registration, serve
+from tests.support.records import logged
 
 NODE = "node-a"
 
@@ -99,7 +100,8 @@ def unprepare(stub: dra_grpc.DRAPluginStub, *claims: dra_pb.Claim) -> dict[str, 
     return {uid: entry.error for uid, entry in response.claims.items()}
 
 
-def test_the_plugin_watcher_finds_a_dra_plugin_of_the_driver_serving_v1(socket_dir: Path) -> None:
+def test_the_plugin_watcher_finds_a_dra_plugin_of_the_driver_serving_v1(socket_dir: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
     registration = Registration(socket_dir / "dra.sock")
     server = serve(socket_dir / "reg.sock", registration)
     try:
@@ -114,6 +116,8 @@ def test_the_plugin_watcher_finds_a_dra_plugin_of_the_driver_serving_v1(socket_d
         "DRAPlugin", DRIVER_NAME, str(socket_dir / "dra.sock"), ["v1.DRAPlugin"])
     assert registration.notified.is_set()
     assert (registration.status.registered, registration.status.error) == (False, "no handler")
+    [line] = logged(caplog.records, "dra_register_refused")
+    assert (line["driver"], line["error"]) == (DRIVER_NAME, "no handler")
 
 
 def test_a_claim_gets_the_cdi_devices_of_the_device_plugin_path_and_is_checkpointed_first(
@@ -166,7 +170,7 @@ def test_a_restarted_plugin_neither_loses_a_claim_nor_gives_its_core_twice(
 
 
 def test_other_drivers_results_are_left_to_them_and_a_bad_claim_fails_alone(
-        start: Callable[[Claims], dra_grpc.DRAPluginStub]) -> None:
+        start: Callable[[Claims], dra_grpc.DRAPluginStub], caplog: pytest.LogCaptureFixture) -> None:
     claims = Claims()
     aligned = claims.give("aligned", device_name(CORE_A))
     claims.results["aligned"].append(AllocatedDevice("nic", "sriov.example.com", NODE, "vf-0"))
@@ -177,6 +181,8 @@ def test_other_drivers_results_are_left_to_them_and_a_bad_claim_fails_alone(
     assert [d.device_name for d in answers["uid-aligned"].devices] == [device_name(CORE_A)]
     assert answers["uid-aligned"].error == ""
     assert "'core-n9-p9-c9', which node node-a does not publish" in answers["uid-stale"].error
+    [line] = logged(caplog.records, "claim_refused")
+    assert (line["claim"], line["uid"], line["level"]) == ("default/stale", "uid-stale", "warning")
 
 
 def test_unprepare_answers_every_claim_even_one_never_prepared(
