@@ -222,7 +222,7 @@ def build_test_program(name: str, output: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pinner.build", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pinner.build", description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"default: {DEFAULT_OUTPUT}")
     parser.add_argument("--arch", choices=sorted(CROSS_COMPILERS), help="cross-build for this image architecture")
     parser.add_argument("--write-header", action="store_true", help="regenerate native/cmk_generated.h and exit")

@@ -38,7 +38,7 @@ def render(rule_files: list[Path] = RULE_FILES) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--check", action="store_true", help="exit 1 if the committed file is out of date")
     args = parser.parse_args()
     text = render()

@@ -26,7 +26,12 @@ from deviceplugin.model.limits import (
     parse_count,
 )
 from deviceplugin.model.packages import PACKAGE_LIST_FILES, number_packages
+from deviceplugin.model.pinnercontract import DEFAULT_SYSFS_ROOT as PINNER_SYSFS_ROOT
 from deviceplugin.model.topology import Cpu, CpuTable, Topology
+
+#: Where the host's sysfs and procfs are (the flags' defaults, the daemon's settings'); tests point them at dumps.
+DEFAULT_SYSFS_ROOT = Path(PINNER_SYSFS_ROOT)
+DEFAULT_PROCFS_ROOT = Path("/proc")
 
 _CPU_DIR = re.compile(r"cpu(\d+)")
 _NODE_DIR = re.compile(r"node(\d+)")

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -211,4 +212,64 @@ def test_the_schema_knows_every_config_key_but_the_paths_the_daemonset_sets() ->
     (daemon,) = ds["spec"]["template"]["spec"]["containers"]
     set_by_args = {arg.split("=", 1)[0].removeprefix("--") for arg in daemon["args"] if arg.startswith("--")}
     roots = {"sysfs-root", "procfs-root"}  # the container's own /sys and /proc, as the DaemonSet says
-    assert set(schema["properties"]) == set(FILE_KEYS) - set_by_args - roots
+    assert set(schema["properties"]) == set(FILE_KEYS) - set_by_args - roots | {"default", "nodes"}
+    assert set(schema["definitions"]["keys"]["properties"]) == set(FILE_KEYS) - set_by_args - roots
+
+
+#: docs/user/node-groups.md's example, as a release's values file: a default and per-node sections
+PER_NODE_VALUES = """\
+config:
+  default:
+    shared-slots: 100
+  nodes:
+    - names: [edge-1, edge-2]
+      config:
+        num-exclusive-cores: 2
+    - nameRegex: 'big-[0-9]+'
+      config:
+        num-exclusive-cores: 16
+        exclusive-mode: spread
+        irq-steering: [exclusive]
+"""
+
+
+def values_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "values.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_per_node_config_sections_pass_lint_and_render_a_config_each_node_reads_its_section_of(tmp_path: Path) -> None:
+    from deviceplugin.cli.configfile import parse_config, select_section
+
+    values = values_file(tmp_path, PER_NODE_VALUES)
+    lint = helm("lint", "--strict", str(CHART), "--values", values)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    result = helm("template", "cmk-deviceplugin", str(CHART), "--namespace", NAMESPACE, "--values", values)
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in d.get("data", {})]
+    written = yaml.safe_load(config["data"]["config.yaml"])
+    # the chart's flat defaults joined default:, under the release's own (the daemon refuses keys beside it)
+    assert set(written) == {"default", "nodes"} and written["default"]["shared-slots"] == 100
+    taken = {node: select_section(written, node, "config.yaml") for node in ("edge-2", "big-7", "other")}
+    assert {node: section for node, (_, section) in taken.items()} == {
+        "edge-2": "nodes[0]", "big-7": "nodes[1]", "other": "default"}
+    big = parse_config(taken["big-7"][0], "config.yaml")
+    assert (big["num_exclusive_cores"], str(big["exclusive_mode"]), big["shared_slots"]) == (16, "spread", 100)
+    # a node section that steers IRQs gets the daemon the host's /proc/irq, as a flat key does
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    (daemon,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "daemon"]
+    assert "--irq-dir=/host/proc/irq" in daemon["args"]
+
+
+@pytest.mark.parametrize(("values", "complaint"), [
+    ("config:\n  nodes:\n    - names: [edge-1]\n      config:\n        num-exclusive-core: 2\n",
+     "num-exclusive-core"),
+    ("config:\n  default:\n    shared-slots: 0\n", "/config/default/shared-slots"),
+    ("config:\n  nodes:\n    - names: [edge-1]\n      nameRegex: edge-.*\n", "/config/nodes/0"),
+    ("config:\n  nodes:\n    - config: {}\n", "/config/nodes/0"),
+])
+def test_the_schema_refuses_a_bad_per_node_section_naming_where(tmp_path: Path, values: str, complaint: str) -> None:
+    result = helm("template", "x", str(CHART), "--values", values_file(tmp_path, values))
+    assert result.returncode != 0 and complaint in result.stderr, result.stderr

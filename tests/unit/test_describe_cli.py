@@ -90,6 +90,16 @@ def test_bad_flags_are_one_line_and_nonzero(args, status, message):
     assert "Traceback" not in result.stderr and result.stdout == ""
 
 
+def test_a_plan_error_names_the_config_key_when_the_value_came_from_the_file(tmp_path):
+    """The plan names a setting; the edge says it as the user gave it: the file's key here, not a flag."""
+    config = tmp_path / "config.yaml"
+    config.write_text("excl-non-isolcpus: 99\n")
+    result = cmk("describe", *XEON_D, "--config", str(config))
+    assert result.returncode == 1
+    assert result.stderr == (f"cmk describe: error: {config}: key 'excl-non-isolcpus' names CPU 99, which does not "
+                             "exist (CPUs: 0-15)\n")
+
+
 def test_missing_sysfs_root_is_one_line(tmp_path):
     result = cmk("describe", "--sysfs-root", str(tmp_path / "nope"))
     assert result.returncode == 1

@@ -101,11 +101,11 @@ def test_the_second_walls_seccomp_default_and_an_optional_user_namespace_sysctl(
     assert text.index("## Optional: no user namespaces") < text.index("user.max_user_namespaces = 0")
 
 
-@pytest.mark.parametrize(("cores", "message"), [(0, "must be 1 or more"), (6, "exceeds the 5 infra cores")])
-def test_impossible_reservation_is_an_error_naming_the_fix(cores, message):
-    with pytest.raises(CmkError, match=message):
+def test_impossible_reservation_is_an_error_naming_the_fix_and_the_setting_not_a_flag():
+    with pytest.raises(CmkError, match="^reserved-cores 6 exceeds the 5 infra cores") as raised:
         host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=2, num_shared_cores=1),
-                    HostOptions(reserved_cores=cores))
+                    HostOptions(reserved_cores=6))
+    assert raised.value.named(lambda dest: "--" + dest.replace("_", "-")).startswith("--reserved-cores 6 exceeds")
 
 
 def test_dropins_keep_host_services_on_infra_only():

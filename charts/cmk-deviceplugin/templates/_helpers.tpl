@@ -40,8 +40,26 @@ cmk.intel.com/node-group: {{ .Values.nodeGroup }}
 {{- end }}
 
 {{/* The `config` value as the daemon's --config file, and the name of the ConfigMap holding it. */}}
+{{- /* The daemon's config file. Helm merges the chart's flat defaults into a release's default:/nodes:
+sections, and the daemon refuses flat keys beside them: with sections, flat keys join default:, its own winning. */}}
 {{- define "cmk.configText" -}}
-{{- printf "%s\n" (toYaml .Values.config) }}
+{{- $config := .Values.config }}
+{{- if or (hasKey $config "default") (hasKey $config "nodes") }}
+{{- $sections := dict "default" (merge (deepCopy ($config.default | default dict)) (omit $config "default" "nodes")) }}
+{{- with $config.nodes }}{{ $_ := set $sections "nodes" . }}{{ end }}
+{{- printf "%s\n" (toYaml $sections) }}
+{{- else }}
+{{- printf "%s\n" (toYaml $config) }}
+{{- end }}
+{{- end }}
+
+{{- /* "true" when any section of the config steers IRQs (the daemon then needs the host's /proc/irq). */}}
+{{- define "cmk.irqSteering" -}}
+{{- $config := .Values.config }}
+{{- $on := index $config "irq-steering" }}
+{{- with $config.default }}{{ if index . "irq-steering" }}{{ $on = true }}{{ end }}{{ end }}
+{{- range $config.nodes }}{{ with .config }}{{ if index . "irq-steering" }}{{ $on = true }}{{ end }}{{ end }}{{ end }}
+{{- if $on }}true{{ end }}
 {{- end }}
 
 {{- define "cmk.configName" -}}
