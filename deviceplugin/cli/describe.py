@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deviceplugin.cli.configfile import UNSET, apply_config_file, defer_defaults
+from deviceplugin.cli.converters import seconds
 from deviceplugin.cli.flags import (
     DEFAULT_SYSFS_ROOT,
     NODE_NAME,
@@ -48,19 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
                         help="output format (default: table)")
     defer_defaults(parser, planning)
-    parser.add_argument("--usage-window", type=_window, default=1.0, metavar="SECONDS",
+    parser.add_argument("--usage-window", type=seconds(60, zero=True), default=1.0, metavar="SECONDS",
                         help="sample procfs' CPU counters this long for the usage section; 0 leaves it out "
                              "(default: 1)")
-
-
-def _window(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= 60:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 60")
-    return seconds
 
 
 def run(args: argparse.Namespace) -> int:

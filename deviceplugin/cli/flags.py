@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from api.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
+from deviceplugin.cli.converters import bounded
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
 from deviceplugin.host.installedpinner import (
     DEFAULT_INSTALL_DIR,
@@ -31,29 +32,12 @@ from deviceplugin.model.limits import (
     MAX_SLOTS,
     CpuListError,
     checked_cpu_list,
-    parse_count,
 )
 from deviceplugin.model.plan import CORE_POOLS, PlanOptions, Pool
 from deviceplugin.model.settings import Declared, declared
 from deviceplugin.observe.logs import FORMATS
 
 # --- command-line converters (argparse ``type``): text in, value or ArgumentTypeError out ---
-
-
-def _whole(text: str, least: int, most: int) -> int:
-    try:
-        return parse_count(text, least=least, most=most)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def bounded(least: int, most: int) -> Callable[[str], int]:
-    """A whole number from ``least`` to ``most``, for argparse."""
-
-    def parse(text: str) -> int:
-        return _whole(text, least, most)
-
-    return parse
 
 
 #: Slots, 1 or more: few enough that one ListAndWatch message stays well under the kubelet's 4 MiB.

@@ -79,8 +79,8 @@ def _unreadable_cmdline(tmp_path: Path) -> list[str]:
      "asked for 4 exclusive + 1 shared cores, but only 4 whole cores are isolated"),
     (["--exclusive-mode", "tight"], 2, "argument --exclusive-mode: invalid Mode value: 'tight'"),
     (["--output", "xml"], 2, "argument --output/-o: invalid choice: 'xml'"),
-    (["--usage-window", "-1"], 2, "argument --usage-window: '-1' is not a number of seconds from 0 to 60"),
-    (["--usage-window", "soon"], 2, "argument --usage-window: 'soon' is not a number of seconds from 0 to 60"),
+    (["--usage-window", "-1"], 2, "argument --usage-window: expected seconds from 0 to 60 in ASCII digits (e.g. 2 or 0.5), got '-1'"),
+    (["--usage-window", "soon"], 2, "argument --usage-window: expected seconds from 0 to 60 in ASCII digits (e.g. 2 or 0.5), got 'soon'"),
 ])
 def test_bad_flags_are_one_line_and_nonzero(args, status, message):
     result = cmk("describe", *XEON_D, *args)
