@@ -24,6 +24,9 @@ class BuildPyWithPinner(build_py):
         # An editable install imports pinner from the source tree, where cmk install looks for the binary;
         # build_lib is then a temporary directory pip throws away.
         output = DEFAULT_OUTPUT if self.editable_mode else Path(self.build_lib) / "pinner" / "bin" / "cmk"
+        # A pinner an earlier build left there (pip reuses the checkout's build/) was built from older sources:
+        # a build that fails now must leave none, or the wheel ships the old one under the "not built" warning.
+        output.unlink(missing_ok=True)
         try:
             compiler, _ = build(output)
         except BuildError as err:

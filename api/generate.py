@@ -10,11 +10,16 @@ Output depends on the grpcio-tools version, so the check compares against the
 installed grpcio-tools and, when the committed stubs were made by another
 version, says so: the fix is then to install the pinned version, not to
 regenerate.
+
+Some protos are the kubelet's own files, copied byte for byte from the Go
+module named in :data:`VERBATIM`; ``--check`` also fails when one of them no
+longer has the recorded digest, so a hand edit cannot pass as upstream.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import sys
 import tempfile
@@ -23,6 +28,21 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 API_DIR = "api"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+
+#: proto path -> (upstream file, sha256 of its bytes): protos copied unchanged from the kubelet's
+#: Go module k8s.io/kubelet v0.36.3 (the version Kubernetes v1.36.3 vendors); update the digest
+#: together with the file when moving to a newer module.
+KUBELET_MODULE = "k8s.io/kubelet@v0.36.3"
+VERBATIM: dict[str, tuple[str, str]] = {
+    "api/pluginregistration/v1/api.proto": (
+        "pkg/apis/pluginregistration/v1/api.proto",
+        "7a67a0000a1a167c155286834bc9ccb489f8bcdb394e006daba270189c272afa",
+    ),
+    "api/dra/v1/api.proto": (
+        "pkg/apis/dra/v1/api.proto",
+        "b3066ad7f6abcfd0003c47b06ceb801d76997d78d6be505597478d3905b9cc57",
+    ),
+}
 
 _GRPC_VERSION_RE = re.compile(r"^GRPC_GENERATED_VERSION = '([^']+)'$", re.MULTILINE)
 
@@ -99,12 +119,27 @@ def committed_grpcio_tools(committed: dict[str, bytes]) -> set[str]:
     return versions
 
 
+def edited_upstream_protos(root: Path) -> list[str]:
+    """Why each verbatim kubelet proto under ``root`` is not the recorded upstream file."""
+    problems = []
+    for name, (upstream, digest) in VERBATIM.items():
+        path = root / name
+        if not path.is_file():
+            problems.append(f"{name}: missing; copy {KUBELET_MODULE}/{upstream} there")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            problems.append(
+                f"{name}: differs from {KUBELET_MODULE}/{upstream}; copy it unchanged "
+                "(or record a newer module's file and digest in api/generate.py)"
+            )
+    return problems
+
+
 def check(root: Path) -> tuple[list[str], str]:
-    """Out-of-date stubs (empty when all match a fresh generation), and how to fix them."""
+    """Out-of-date stubs and edited upstream protos (empty when all is in order), and how to fix them."""
     committed = generated_files(root)
     with tempfile.TemporaryDirectory(prefix="cmk-api-generate-") as tmp:
         differences = compare(committed, generate(root, Path(tmp)))
-    problems = [f"{name}: {why}" for name, why in differences.items()]
+    problems = [f"{name}: {why}" for name, why in differences.items()] + edited_upstream_protos(root)
     installed = installed_grpcio_tools()
     other = committed_grpcio_tools(committed) - {installed}
     if other:
@@ -112,6 +147,8 @@ def check(root: Path) -> tuple[list[str], str]:
             f"the committed stubs were generated with grpcio-tools {', '.join(sorted(other))} "
             f"but {installed} is installed; install that version, then check again"
         )
+    if not differences:
+        return problems, "each line above says which upstream file to copy"
     return problems, "run `python -m api.generate` and commit the result"
 
 

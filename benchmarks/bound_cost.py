@@ -13,7 +13,6 @@ The hooks alone are timed too, against a real process in a real cpuset cgroup.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -44,17 +43,16 @@ def build_at(revision: str, work: Path) -> Path:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", default="0e871b4", help="the commit whose hook has no bound (default: 0e871b4)")
-    parser.add_argument("--runs", type=int, default=40, help="podman runs of each kind (default: 40)")
-    parser.add_argument("--hook-runs", type=int, default=200, help="direct hook runs of each (default: 200)")
-    args = parser.parse_args()
-
     sys.path.insert(0, str(ROOT))
+    from benchmarks import starts
     from benchmarks.starts import hook_alone, installed_pinner, interleaved, report
     from deviceplugin.model import hookcontract as hook
     from tests.support.hookrun import write_config
     from tests.support.podman import RUN, busybox_image, hook_devices
+
+    parser = starts.runs_parser(__doc__, runs=40, hook_runs=200)
+    parser.add_argument("--before", default="0e871b4", help="the commit whose hook has no bound (default: 0e871b4)")
+    args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="cmk-bound-bench-") as work:
         work_dir = Path(work)

@@ -16,7 +16,6 @@ millisecond is well inside podman's own run-to-run noise.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -30,17 +29,15 @@ CPU = str(max(os.sched_getaffinity(0)))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=50, help="podman runs of each kind (default: 50)")
-    parser.add_argument("--hook-runs", type=int, default=300, help="direct hook runs (default: 300)")
-    args = parser.parse_args()
-
     sys.path.insert(0, str(ROOT))
+    from benchmarks import starts
     from benchmarks.starts import hook_alone, installed_pinner, interleaved, report
     from deviceplugin.host import cdi
     from deviceplugin.model import cdispec
     from tests.support.hookrun import write_config
     from tests.support.podman import RUN, busybox_image
+
+    args = starts.runs_parser(__doc__).parse_args()
 
     with tempfile.TemporaryDirectory(prefix="cmk-cdi-bench-") as work:
         work_dir = Path(work)

@@ -16,7 +16,6 @@ hits both alike:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -28,17 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=50, help="podman runs of each kind (default: 50)")
-    parser.add_argument("--hook-runs", type=int, default=300, help="direct hook runs (default: 300)")
-    args = parser.parse_args()
-
     sys.path.insert(0, str(ROOT))
+    from benchmarks import starts
     from benchmarks.starts import hook_alone, installed_pinner, interleaved, report
     from deviceplugin.host import nodewide
     from deviceplugin.model import hookcontract as hook
     from tests.support.hookrun import write_config
     from tests.support.podman import PODMAN, RUN, busybox_image
+
+    args = starts.runs_parser(__doc__).parse_args()
 
     infra = frozenset({min(os.sched_getaffinity(0))})
     with tempfile.TemporaryDirectory(prefix="cmk-nodewide-bench-") as work:

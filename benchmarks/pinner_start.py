@@ -44,16 +44,21 @@ def spawn_time(argv: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=200)
-    args = parser.parse_args()
-
+def static_pinner() -> Path:
+    """This checkout's static pinner, built first if it is not there."""
     sys.path.insert(0, str(ROOT))
     from pinner.build import DEFAULT_OUTPUT, build
 
     if not DEFAULT_OUTPUT.is_file():
         build(DEFAULT_OUTPUT)
+    return DEFAULT_OUTPUT
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    args = parser.parse_args()
+    pinner = static_pinner()
     cpu = min(os.sched_getaffinity(0))
     python = sys.executable
     taskset = "/usr/bin/taskset"
@@ -66,7 +71,7 @@ def main() -> int:
             "python3 -I -S -c pass": [python, "-I", "-S", "-c", "pass"],
             "cmk isolate (console script)": [python, str(script), "isolate", *pinner_args],
             f"taskset -c {cpu} /bin/true": [taskset, "-c", str(cpu), "/bin/true"],
-            "static cmk isolate": [str(DEFAULT_OUTPUT), "isolate", *pinner_args],
+            "static cmk isolate": [str(pinner), "isolate", *pinner_args],
             "/bin/true": ["/bin/true"],
         }
         times: dict[str, list[float]] = {name: [] for name in variants}

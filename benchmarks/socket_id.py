@@ -29,13 +29,10 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT))
-    from benchmarks.pinner_start import spawn_time
-    from pinner.build import DEFAULT_OUTPUT, build
+    from benchmarks.pinner_start import spawn_time, static_pinner
     from tests.support.topologies import fixture_copy
 
-    if not DEFAULT_OUTPUT.is_file():
-        build(DEFAULT_OUTPUT)
-    pinners = {"static": [str(DEFAULT_OUTPUT), "isolate"]}
+    pinners = {"static": [str(static_pinner()), "isolate"]}
     with tempfile.TemporaryDirectory(prefix="cmk-socket-bench-") as tmp:
         runs: dict[tuple[str, str], tuple[list[str], dict[str, str]]] = {}
         for dump, cpus in DUMPS.items():

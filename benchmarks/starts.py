@@ -8,6 +8,7 @@ interleaved so drift hits every kind alike.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import time
@@ -15,6 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 SPAWN_TRUE = "spawn /bin/true"
+
+
+def runs_parser(doc: str | None, runs: int = 50, hook_runs: int = 300) -> argparse.ArgumentParser:
+    """A hook benchmark's command line: how many container starts of each kind, how many direct hook runs."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=runs, help=f"podman runs of each kind (default: {runs})")
+    parser.add_argument("--hook-runs", type=int, default=hook_runs, help=f"direct hook runs of each (default: {hook_runs})")
+    return parser
 
 
 def timed(argv: Sequence[str], stdin: bytes | None = None) -> float:
@@ -44,7 +53,7 @@ def report(title: str, rows: Mapping[str, list[float]], base: str, other: str) -
 
 def installed_pinner(work_dir: Path) -> Path:
     """The static binary built if needed and installed as ``cmk install`` does, under ``work_dir``."""
-    from deviceplugin.host.install import install_pinner
+    from deviceplugin.host.installedpinner import install_pinner
     from pinner.build import DEFAULT_OUTPUT, build
 
     if not DEFAULT_OUTPUT.is_file():

@@ -41,7 +41,7 @@ def main() -> int:
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT))
-    from deviceplugin.host.install import install_pinner
+    from deviceplugin.host.installedpinner import install_pinner
     from deviceplugin.model import hookcontract as hook
     from deviceplugin.model.cpulist import format_cpu_list
     from pinner.build import DEFAULT_OUTPUT, build

@@ -32,7 +32,12 @@ from typing import TextIO
 
 from deviceplugin.daemon import Daemon, DaemonSettings
 from deviceplugin.errors import CmkError
-from deviceplugin.host.install import BUILD_DOCS, built_pinner, install_pinner, unbuilt
+from deviceplugin.host.installedpinner import (
+    BUILD_DOCS,
+    built_pinner,
+    install_pinner,
+    unbuilt,
+)
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.answers import ENV_NAMES
 from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
@@ -64,6 +69,11 @@ class DemoSettings:
     plan: PlanOptions = field(default_factory=PlanOptions)
     hold: float = 0.0
     stdin: TextIO | None = None  # a line here ends the hold early (Enter at a terminal; a test writes one)
+
+    @property
+    def this_machine(self) -> bool:
+        """False for a dump: its CPUs need not be this machine's, so a refused pinner is what the demo shows."""
+        return self.sysfs_root.resolve() == Path("/sys").resolve()
 
 
 @dataclass
@@ -192,7 +202,7 @@ class Demo:
     def _walkthrough(self) -> int:
         """The seven sections, in order; each leaves what it started on the ExitStack. How many ran pinned."""
         s = self.settings
-        this_machine = s.sysfs_root.resolve() == Path("/sys").resolve()
+        this_machine = s.this_machine
         node = plan_node(discover(s.sysfs_root, s.procfs_root), s.plan)
         with _signals_deferred():
             workdir = Path(tempfile.mkdtemp(prefix="cmk-demo-"))

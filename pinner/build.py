@@ -79,21 +79,13 @@ def generate_header() -> str:
         "#define CMK_GENERATED_H",
         "",
         f"#define PROG {c_string(contract.ISOLATE_PROG)}",
+        f"#define VERSION_TEXT {c_string(contract.VERSION_TEXT + chr(10))}",
     ]
     lines += _exit_lines("EXIT_", contract.IsolateExit)
+    lines += _defines("", contract, "MAX_CPUS ENV_ASSIGNED ENV_ASSIGNED_MASK ENV_SYSFS_ROOT DEFAULT_SYSFS_ROOT "
+                      "DEFAULT_PATH LIST_HINT POOL_NAMES NOT_REGULAR_TEXT SYMLINK_TEXT MAX_NUMBER_FILE_BYTES "
+                      "MAX_LIST_FILE_BYTES")
     lines += [
-        f"#define MAX_CPUS {contract.MAX_CPUS}",
-        f"#define ENV_ASSIGNED {c_string(contract.ENV_ASSIGNED)}",
-        f"#define ENV_ASSIGNED_MASK {c_string(contract.ENV_ASSIGNED_MASK)}",
-        f"#define ENV_SYSFS_ROOT {c_string(contract.ENV_SYSFS_ROOT)}",
-        f"#define DEFAULT_SYSFS_ROOT {c_string(contract.DEFAULT_SYSFS_ROOT)}",
-        f"#define DEFAULT_PATH {c_string(contract.DEFAULT_PATH)}",
-        f"#define LIST_HINT {c_string(contract.LIST_HINT)}",
-        f"#define POOL_NAMES {c_string(contract.POOL_NAMES)}",
-        f"#define NOT_REGULAR_TEXT {c_string(contract.NOT_REGULAR_TEXT)}",
-        f"#define SYMLINK_TEXT {c_string(contract.SYMLINK_TEXT)}",
-        f"#define MAX_NUMBER_FILE_BYTES {contract.MAX_NUMBER_FILE_BYTES}",
-        f"#define MAX_LIST_FILE_BYTES {contract.MAX_LIST_FILE_BYTES}",
         "",
         "/* X(file): where a CPU's package list is read, in this order (deviceplugin/model/packages.py) */",
         "#define CMK_PACKAGE_LIST_FILES(X) \\",
@@ -116,6 +108,17 @@ def generate_header() -> str:
     return "\n".join(lines)
 
 
+def _defines(prefix: str, source: object, names: str) -> list[str]:
+    """``#define PREFIX_NAME value`` for each of ``source``'s attributes named: a number as written, a string
+    as a C string, a tuple as C strings separated by commas (an initializer list)."""
+    def value(it: object) -> str:
+        if isinstance(it, tuple):
+            return ", ".join(c_string(item) for item in it)
+        return c_string(it) if isinstance(it, str) else str(it)
+
+    return [f"#define {prefix}{name} {value(getattr(source, name))}" for name in names.split()]
+
+
 def _exit_lines(prefix: str, statuses: type) -> list[str]:
     return [f"#define {prefix}{name} {value}" for name, value in sorted(contract.exit_table(statuses).items())]
 
@@ -124,23 +127,12 @@ def _hook_lines() -> list[str]:
     """``cmk hook``'s constants, prefixed ``HOOK_`` so they sit beside isolate's."""
     lines = ["/* cmk hook, from deviceplugin/model/pinnercontract.py and deviceplugin/model/hookcontract.py */", f"#define HOOK_PROG {c_string(contract.HOOK_PROG)}"]
     lines += _exit_lines("HOOK_EXIT_", contract.HookExit)
+    lines += _defines("HOOK_", hook, "MAX_JSON_BYTES MAX_JSON_DEPTH DEFAULT_PROC_ROOT CPUS_OPTION NO_CPUS_HINT "
+                      "EXCLUSIVE_OPTION NODE_WIDE_OPTION RECORD_HINT CONFINED_CGROUP MAX_POD_CHILDREN "
+                      "SYSTEMD_RUNTIME_DIR SYSTEMCTL_PATHS")
+    lines.append(f"#define HOOK_SYSTEMCTL_SHOWN {c_string(' or '.join(hook.SYSTEMCTL_PATHS))}")
+    lines += _defines("HOOK_", hook, "SYSTEMCTL_TIMEOUT_MS SYSTEMD_HINT SANDBOX_ANNOTATIONS")
     lines += [
-        f"#define HOOK_MAX_JSON_BYTES {hook.MAX_JSON_BYTES}",
-        f"#define HOOK_MAX_JSON_DEPTH {hook.MAX_JSON_DEPTH}",
-        f"#define HOOK_DEFAULT_PROC_ROOT {c_string(hook.DEFAULT_PROC_ROOT)}",
-        f"#define HOOK_CPUS_OPTION {c_string(hook.CPUS_OPTION)}",
-        f"#define HOOK_NO_CPUS_HINT {c_string(hook.NO_CPUS_HINT)}",
-        f"#define HOOK_EXCLUSIVE_OPTION {c_string(hook.EXCLUSIVE_OPTION)}",
-        f"#define HOOK_NODE_WIDE_OPTION {c_string(hook.NODE_WIDE_OPTION)}",
-        f"#define HOOK_RECORD_HINT {c_string(hook.RECORD_HINT)}",
-        f"#define HOOK_CONFINED_CGROUP {c_string(hook.CONFINED_CGROUP)}",
-        f"#define HOOK_MAX_POD_CHILDREN {hook.MAX_POD_CHILDREN}",
-        f"#define HOOK_SYSTEMD_RUNTIME_DIR {c_string(hook.SYSTEMD_RUNTIME_DIR)}",
-        "#define HOOK_SYSTEMCTL_PATHS " + ", ".join(c_string(path) for path in hook.SYSTEMCTL_PATHS),
-        f"#define HOOK_SYSTEMCTL_SHOWN {c_string(' or '.join(hook.SYSTEMCTL_PATHS))}",
-        f"#define HOOK_SYSTEMCTL_TIMEOUT_MS {hook.SYSTEMCTL_TIMEOUT_MS}",
-        f"#define HOOK_SYSTEMD_HINT {c_string(hook.SYSTEMD_HINT)}",
-        "#define HOOK_SANDBOX_ANNOTATIONS " + ", ".join(c_string(key) for key in hook.SANDBOX_ANNOTATIONS),
         "",
         f"static const char HOOK_HELP[] =\n    {c_string(contract.HOOK_HELP)};",
     ]
@@ -222,7 +214,7 @@ def build_test_program(name: str, output: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pinner.build", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pinner.build", description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"default: {DEFAULT_OUTPUT}")
     parser.add_argument("--arch", choices=sorted(CROSS_COMPILERS), help="cross-build for this image architecture")
     parser.add_argument("--write-header", action="store_true", help="regenerate native/cmk_generated.h and exit")

@@ -233,7 +233,7 @@ def summary(root: Path) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--root", type=Path, default=ROOT, help="the source tree to read (default: this one)")
     parser.add_argument("--edges", action="store_true", help="also print every arrow")
     args = parser.parse_args()

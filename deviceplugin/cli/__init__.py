@@ -36,7 +36,12 @@ def static_pinner(command: str, args: list[str], binary: Path | None = None) -> 
     """``cmk isolate`` and ``cmk hook`` are the static pinner's (containers and the runtime may lack Python): exec it."""
     import os
 
-    from deviceplugin.host.install import BUILD_DOCS, built_pinner, unbuilt
+    from deviceplugin.host.installedpinner import (
+        BUILD_DOCS,
+        build_command,
+        built_pinner,
+        unbuilt,
+    )
     from deviceplugin.model.pinnercontract import (
         HOOK_HELP,
         HOOK_PROG,
@@ -53,7 +58,7 @@ def static_pinner(command: str, args: list[str], binary: Path | None = None) -> 
         return 0
     prog, what = (HOOK_PROG, "the hook") if command == "hook" else (ISOLATE_PROG, "the pinner")
     sys.stderr.write(f"{prog}: error: {what} is the static pinner's, and {problem}: build it with "
-                     f"'python -m pinner.build' ({BUILD_DOCS}), or run the installed one, e.g. /opt/bin/cmk {command}\n")
+                     f"'{build_command(binary)}' ({BUILD_DOCS}), or run the installed one, e.g. /opt/bin/cmk {command}\n")
     return 2
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from deviceplugin import __version__
 from deviceplugin.errors import CmkError, one_line
+from deviceplugin.model.pinnercontract import VERSION_TEXT
 
 # name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -28,7 +28,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line naming the fix, exit status 2."""
+    """An ArgumentParser whose errors are one line naming the fix, exit status 2.
+
+    No abbreviations: ``--num-exclusive 3`` is refused, not taken as ``--num-exclusive-cores``, so a
+    flag added later can never change what an abbreviation in someone's script meant.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see '{self.prog} --help')\n")
@@ -40,6 +47,18 @@ class OneLineParser(argparse.ArgumentParser):
         return super()._get_values(action, arg_strings)
 
 
+class SubcommandParser(OneLineParser):
+    """A subcommand's parser: it refuses what it does not know itself, so the error names its usage
+    (``cmk describe --help``), not the top-level one argparse would hand the leftovers to."""
+
+    def parse_known_args(  # type: ignore[override]  # argparse's overloads by namespace type; this takes any
+            self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``chosen`` (a subcommand's name), only that subcommand's flags.
 
@@ -49,8 +68,8 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     its own flags. The other subcommands stay listed, with their help.
     """
     parser = OneLineParser(prog="cmk", description="CPU pools as kubelet device plugins.")
-    parser.add_argument("-V", "--version", action="version", version=f"cmk {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    parser.add_argument("-V", "--version", action="version", version=VERSION_TEXT)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=SubcommandParser)
     sub.required = True
     for name, (module, help_text) in SUBCOMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
@@ -71,7 +90,9 @@ def run(argv: list[str]) -> int:
     try:
         return importlib.import_module(args._module).run(args)
     except CmkError as err:
-        print(f"cmk {args.command}: error: {one_line(str(err))}", file=sys.stderr)
+        from deviceplugin.cli.configfile import at_edge
+
+        print(f"cmk {args.command}: error: {one_line(str(at_edge(err, args)))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         return 130

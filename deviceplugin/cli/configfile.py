@@ -23,12 +23,13 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from deviceplugin.cli.flags import FILE_KEYS, Flag
+from deviceplugin.cli.flags import FILE_KEYS, Flag, flag_named
 from deviceplugin.errors import CmkError
+from deviceplugin.model.settings import setting_name
 
 
 class ConfigError(CmkError):
@@ -204,7 +205,26 @@ def defer_defaults(parser: argparse.ArgumentParser, flags: Iterable[Flag]) -> No
 
 def apply_config(args: argparse.Namespace, file_values: Mapping[str, object]) -> argparse.Namespace:
     """Fill every flag not given explicitly from the file, else from its default (in place)."""
+    from_file: set[str] = set()
     for dest, default in args._flag_defaults.items():
         if getattr(args, dest) is UNSET:
             setattr(args, dest, file_values.get(dest, default))
+            if dest in file_values:
+                from_file.add(dest)
+    args._from_file = getattr(args, "_from_file", frozenset()) | from_file
     return args
+
+
+def setting_said(args: argparse.Namespace) -> Callable[[str], str]:
+    """How an error names a setting (:meth:`CmkError.named`): as the user gave it, a file's key or a flag."""
+    from_file: frozenset[str] = getattr(args, "_from_file", frozenset())
+
+    def said(dest: str) -> str:
+        return f"{args.config}: key {setting_name(dest)!r}" if dest in from_file else flag_named(dest)
+
+    return said
+
+
+def at_edge(err: CmkError, args: argparse.Namespace) -> CmkError:
+    """``err`` with the settings it names said as the user gave them (itself when it names none)."""
+    return CmkError(err.named(setting_said(args)), exit_code=err.exit_code) if err.settings else err

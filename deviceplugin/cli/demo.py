@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 
 from deviceplugin.cli.configfile import apply_config_file, defer_defaults
+from deviceplugin.cli.converters import seconds
 from deviceplugin.cli.flags import (
     NODE_NAME,
     PLAN,
@@ -24,7 +25,6 @@ from deviceplugin.cli.flags import (
     config_flag,
     plan_options,
 )
-from deviceplugin.model.limits import parse_seconds
 
 
 class Terminated(Exception):
@@ -35,17 +35,10 @@ class Terminated(Exception):
         self.signum = signum
 
 
-def _seconds(text: str) -> float:
-    try:
-        return parse_seconds(text, most=86400, zero=True)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defer_defaults(parser, add_flags(parser, ROOTS, PLAN, FlagGroup(None, (config_flag("the demo"), NODE_NAME))))
     group = parser.add_argument_group("demo")
-    group.add_argument("--hold", type=_seconds, default=0.0, metavar="SECONDS",
+    group.add_argument("--hold", type=seconds(86400, zero=True), default=0.0, metavar="SECONDS",
                        help="keep the pod's processes running this long before deleting the pod, to "
                             "inspect them (e.g. taskset -cp PID); Enter goes on early (default: 0)")
     group.add_argument("--log-level", default="ERROR", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -83,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if not pinned:  # nothing was shown pinned: a script's `cmk demo && ...` must not read that as success
+    if not pinned and settings.this_machine:  # this machine's own plan pinned nothing: `cmk demo && ...` must fail
+        # (on a dump, the pinner's refusal of CPUs this machine lacks is what the demo promised to show)
         print("cmk demo: error: no container ran pinned: none of the CPUs their devices name are this "
               "process's to give (see the refusals above)", file=sys.stderr)
         return 1

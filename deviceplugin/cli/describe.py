@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deviceplugin.cli.configfile import UNSET, apply_config_file, defer_defaults
+from deviceplugin.cli.converters import seconds
 from deviceplugin.cli.flags import (
-    DEFAULT_PROCFS_ROOT,
     DEFAULT_SYSFS_ROOT,
     NODE_NAME,
     PLAN,
@@ -28,11 +28,11 @@ from deviceplugin.cli.flags import (
     plan_options,
     pod_resources_socket,
 )
-from deviceplugin.host.install import built_pinner, unbuilt_note
+from deviceplugin.host.installedpinner import built_pinner, unbuilt_note
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.hostsettings import host_config_disagreement
 from deviceplugin.model.node import plan_node
-from deviceplugin.view.describe import config_data, describe_data, render_table
+from deviceplugin.view.report import config_data, describe_data, render_table
 
 if TYPE_CHECKING:
     from deviceplugin.model.cpustats import Place
@@ -49,19 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", choices=("table", "json", "yaml"), default="table",
                         help="output format (default: table)")
     defer_defaults(parser, planning)
-    parser.add_argument("--usage-window", type=_window, default=1.0, metavar="SECONDS",
+    parser.add_argument("--usage-window", type=seconds(60, zero=True), default=1.0, metavar="SECONDS",
                         help="sample procfs' CPU counters this long for the usage section; 0 leaves it out "
                              "(default: 1)")
-
-
-def _window(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= 60:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 60")
-    return seconds
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     topology, plan, tree = node.topology, node.plan, node.tree
     data = describe_data(topology, plan)
     data["plan"]["host_config_agrees"] = not (disagreement := host_config_disagreement(node, plan_options(args)))
-    data["plan"]["notes"] += disagreement
+    dump = args.sysfs_root != DEFAULT_SYSFS_ROOT
+    if not dump:  # a dump is no node to reboot with host-config's line: the flag above still says so
+        data["plan"]["notes"] += disagreement
     if active is not None:
         data["config"] = config_data(str(args.config), active.section, active.generation, active.node)
     note = unbuilt_note(built_pinner())
@@ -86,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         data["plan"]["notes"].append(note)
     socket = str(args.pod_resources_socket)
     held = shapes = None
-    if args.sysfs_root != DEFAULT_SYSFS_ROOT and not socket_given:
+    if dump and not socket_given:
         # this host's kubelet knows nothing of another machine's dump: do not dial it
         data["live"] = unavailable(socket, f"{args.sysfs_root} is a dump, not this host "
                                            "(give --pod-resources-socket to read a kubelet anyway)")
@@ -102,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
             shapes = held_sets(tree, assignments)
         except Unavailable as err:
             data["live"] = unavailable(socket, str(err))
-    if args.usage_window and args.sysfs_root != DEFAULT_SYSFS_ROOT and args.procfs_root == DEFAULT_PROCFS_ROOT:
+    if args.usage_window and dump:
         from deviceplugin.view import usage
 
-        # this host's counters are not the dump's CPUs: they would read as the dump's usage
-        data["usage"] = usage.unavailable(f"{args.sysfs_root} is a dump and {DEFAULT_PROCFS_ROOT} is this host's "
-                                          "procfs (give the dump's --procfs-root)")
+        # this host's counters are not the dump's CPUs, and a dump's own counters do not move
+        data["usage"] = usage.unavailable(f"{args.sysfs_root} is a dump, not this host (CPU usage is sampled "
+                                          "on a live host only)")
     elif args.usage_window:
         data["usage"] = _usage(args.procfs_root, places(topology, plan), args.usage_window, held)
     if args.sysfs_root == DEFAULT_SYSFS_ROOT or (args.sysfs_root / "fs" / "cgroup").exists():

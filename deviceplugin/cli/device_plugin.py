@@ -24,13 +24,14 @@ from deviceplugin.cli.configfile import (
     ActiveConfig,
     apply_config,
     apply_config_file,
+    at_edge,
     defer_defaults,
 )
 from deviceplugin.cli.flags import DAEMON_FLAGS, add_flags, plan_options
 from deviceplugin.errors import CmkError
 from deviceplugin.events import EventLog
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
-from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.installedpinner import DEFAULT_INSTALL_DIR
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
 from deviceplugin.model.plan import PlanOptions
 
@@ -95,11 +96,12 @@ def _daemon(args: argparse.Namespace) -> tuple[Daemon, ActiveConfig | None]:
     try:
         active = apply_config_file(args)
         return make(plan_options(args), None), active
-    except CmkError as err:
+    except CmkError as refused:
+        err = at_edge(refused, args)  # the plan names a setting: say it as the flag or key it came from
         apply_config(args, {})  # whatever the file could not set: the command line, else the defaults
         last = lastgood.load(args.kubelet_dir)
         if last is None:
-            raise
+            raise err from None
         try:
             daemon = make(last, str(err))
         except CmkError:

@@ -1,69 +1,47 @@
 """The flag table: every flag the planning commands and the daemon share, once.
 
 Each :class:`Flag` generates its argparse option and, when it has a ``load``
-converter, its ``--config`` file key (the flag's name), so a flag and its
-key cannot drift apart, and ``cmk describe`` plans exactly as the daemon
-does for the same flags and file.
+converter, its ``--config`` file key (the flag's name) and that key's JSON
+schema (the chart's, ``tools/settings.py``), so a flag and its key cannot
+drift apart, and ``cmk describe`` plans exactly as the daemon does for the
+same flags and file. The plan's flags are made from the settings
+:class:`~deviceplugin.model.plan.PlanOptions` declares (:func:`from_setting`).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from api.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
+from deviceplugin.cli.converters import bounded
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
-from deviceplugin.host.install import (
+from deviceplugin.host.installedpinner import (
     DEFAULT_INSTALL_DIR,
     checked_hooks_dir,
     checked_install_dir,
 )
 from deviceplugin.host.irqs import DEFAULT_IRQ_DIR
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
+from deviceplugin.host.sysfs import DEFAULT_PROCFS_ROOT, DEFAULT_SYSFS_ROOT
 from deviceplugin.model.limits import (
-    MAX_CPUS,
     MAX_SLOTS,
     CpuListError,
     checked_cpu_list,
-    parse_count,
 )
-from deviceplugin.model.plan import (
-    CORE_POOLS,
-    DEFAULT_SLOTS,
-    Mode,
-    PlanOptions,
-    Pool,
-    SlotScope,
-)
+from deviceplugin.model.plan import CORE_POOLS, PlanOptions, Pool
+from deviceplugin.model.settings import Declared, declared
 from deviceplugin.observe.logs import FORMATS
 
 # --- command-line converters (argparse ``type``): text in, value or ArgumentTypeError out ---
 
 
-def _whole(text: str, least: int, most: int) -> int:
-    try:
-        return parse_count(text, least=least, most=most)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def count(text: str) -> int:
-    """Cores, 0 or more: no more than the kernel has CPUs."""
-    return _whole(text, 0, MAX_CPUS)
-
-
-def slots(text: str) -> int:
-    """Slots, 1 or more: few enough that one ListAndWatch message stays well under the kubelet's 4 MiB."""
-    return _whole(text, 1, MAX_SLOTS)
-
-
-def scan_seconds(text: str) -> int:
-    """Seconds a cgroup walk answers for, 0 (none: every scrape walks) to an hour."""
-    return _whole(text, 0, 3600)
+#: Slots, 1 or more: few enough that one ListAndWatch message stays well under the kubelet's 4 MiB.
+slots = bounded(1, MAX_SLOTS)
 
 
 def cpu_set(text: str) -> frozenset[int]:
@@ -158,9 +136,6 @@ def choice_value(kind: type[StrEnum]) -> Callable[[object], Any]:
     return convert
 
 
-mode_value = choice_value(Mode)
-
-
 def cpu_set_value(value: object) -> frozenset[int]:
     """A cpu list as text, one integer, or a YAML list of integers."""
     if isinstance(value, list) and all(type(item) is int for item in value):
@@ -211,6 +186,8 @@ class Flag:
     switch: bool = False
     #: may be given more than once: a list (``default`` must then be None, meaning none given)
     repeat: bool = False
+    #: the config key's JSON schema: what ``load`` takes (the chart's values schema is made of these)
+    schema: Mapping[str, Any] = field(default_factory=lambda: TEXT_SCHEMA)
 
     @property
     def dest(self) -> str:
@@ -247,12 +224,45 @@ def add_flags(parser: argparse.ArgumentParser, *groups: FlagGroup) -> list[Flag]
     return added
 
 
-def _modes(default: Mode, help: str) -> dict[str, Any]:
-    return {"parse": Mode, "load": mode_value, "choices": list(Mode), "default": default, "help": help}
+def whole_flag(name: str, least: int, most: int, **rest: Any) -> Flag:
+    """``--name N``, a whole number from ``least`` to ``most`` on the command line and in the file."""
+    parse = bounded(least, most)
+    return Flag(name=name, parse=parse, load=whole(parse), schema={"type": "integer", "minimum": least,
+                                                                   "maximum": most}, **rest)
 
 
-DEFAULT_SYSFS_ROOT = Path("/sys")
-DEFAULT_PROCFS_ROOT = Path("/proc")
+def switch_flag(name: str, default: bool, help: str) -> Flag:
+    """``--name``/``--no-name``, ``true``/``false`` in the file."""
+    return Flag(name=name, switch=True, load=switch_value, default=default, help=help, schema={"type": "boolean"})
+
+
+def from_setting(item: Declared) -> Flag:
+    """The flag and config key of a declared setting, its converters chosen by the field's type."""
+    kind = item.kind
+    declared = item.setting
+    help = f"{declared.help} (default: {declared.default_text})"
+    common: dict[str, Any] = {"name": item.name, "default": item.default, "metavar": declared.metavar, "help": help}
+    if kind is int:
+        assert declared.least is not None and declared.most is not None, f"{item.name}: a whole number has bounds"
+        return whole_flag(least=declared.least, most=declared.most, **common)
+    if isinstance(kind, type) and issubclass(kind, StrEnum):
+        return Flag(parse=kind, load=choice_value(kind), choices=list(kind), schema={"enum": list(kind)}, **common)
+    if kind == frozenset[int]:
+        return Flag(parse=cpu_set, load=cpu_set_value, schema=CPUS_SCHEMA, **common)
+    raise TypeError(f"{item.name}: no flag for a setting of type {kind}")
+
+
+TEXT_SCHEMA: Mapping[str, Any] = {"type": "string", "minLength": 1}
+CPUS_SCHEMA: Mapping[str, Any] = {
+    "description": "a kernel cpu list, e.g. \"2-3\", one CPU, or a list of CPUs",
+    "oneOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 0},
+              {"type": "array", "items": {"type": "integer", "minimum": 0}}],
+}
+POOLS_SCHEMA: Mapping[str, Any] = {
+    "description": "pools of whole cores: a list, or one comma-separated string",
+    "oneOf": [{"type": "array", "uniqueItems": True, "items": {"enum": sorted(str(pool) for pool in CORE_POOLS)}},
+              {"type": "string"}],
+}
 
 ROOTS = FlagGroup(None, (
     Flag(name="sysfs-root", parse=Path, load=path_value, default=DEFAULT_SYSFS_ROOT, metavar="DIR",
@@ -261,27 +271,7 @@ ROOTS = FlagGroup(None, (
          help="read the kernel command line from DIR/cmdline (default: /proc)"),
 ))
 
-PLAN = FlagGroup("pool plan (CMK's flags)", (
-    Flag(name="num-exclusive-cores", parse=count, load=whole(count), metavar="N",
-         help="physical cores in the exclusive pool (default: the isolated cores "
-              "shared does not take; without isolcpus, up to 4)"),
-    Flag(name="num-shared-cores", parse=count, load=whole(count), metavar="N",
-         help="physical cores in the shared pool (default: 1 when two or more cores are free)"),
-    Flag(name="exclusive-mode", **_modes(Mode.PACKED, "packed fills one NUMA node/socket first; "
-                                                      "spread round-robins (default: packed)")),
-    Flag(name="shared-mode", **_modes(Mode.PACKED, "as --exclusive-mode, for the shared pool (default: packed)")),
-    Flag(name="excl-non-isolcpus", parse=cpu_set, load=cpu_set_value, default=frozenset(), metavar="CPUS",
-         help="non-isolated CPUs whose whole cores form the exclusive-non-isolcpus pool"),
-    Flag(name="shared-slots", parse=slots, load=whole(slots), default=DEFAULT_SLOTS, metavar="N",
-         help=f"containers the shared pool admits at once (default: {DEFAULT_SLOTS})"),
-    Flag(name="infra-slots", parse=slots, load=whole(slots), default=DEFAULT_SLOTS, metavar="N",
-         help=f"containers the infra pool admits at once (default: {DEFAULT_SLOTS})"),
-    Flag(name="slot-scope", parse=SlotScope, load=choice_value(SlotScope), choices=list(SlotScope),
-         default=SlotScope.POOL,
-         help="pool: a shared/infra slot gives the whole pool; numa-node: each NUMA node offers "
-              "its own slots (N per node) giving that node's pool CPUs, for the Topology Manager "
-              "(default: pool)"),
-))
+PLAN = FlagGroup("pool plan (CMK's flags)", tuple(from_setting(item) for item in declared(PlanOptions)))
 
 #: Where the kubelet serves its pod resources API (what ``cmk describe`` and the metrics read).
 DEFAULT_POD_RESOURCES_SOCKET = Path(POD_RESOURCES_SOCKET)
@@ -314,24 +304,25 @@ DAEMON = FlagGroup("daemon", (
          default=str(DEFAULT_INSTALL_DIR), metavar="DIR",
          help="host directory holding the pinner (cmk install --install-dir), mounted "
               f"read-only at /opt/bin in every container (default: {DEFAULT_INSTALL_DIR})"),
-    Flag(name="cdi", switch=True, load=switch_value, default=True,
-         help="write a CDI spec and name its device in every Allocate answer, so the "
+    switch_flag("cdi", True,
+                help="write a CDI spec and name its device in every Allocate answer, so the "
               "container runtime's hook confines each container to its CPUs (cgroup cpuset "
               "and affinity) even if it never runs cmk isolate. Needs kubelet 1.28+ "
               "(DevicePluginCDIDevices: beta and on in 1.29, GA in 1.31) and containerd 1.7+ "
               "with enable_cdi, or CRI-O 1.23+; older ones ignore it (default: on)"),
-    Flag(name="unthrottle-exclusive", switch=True, load=switch_value, default=True,
-         help="mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota "
+    switch_flag("unthrottle-exclusive", True,
+                help="mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota "
               "of a container that holds only such cores (never of one that also holds shared or "
               "infra CPUs; the pod's cgroup keeps the kubelet's quota) (default: on)"),
-    Flag(name="infra-record", switch=True, load=switch_value, default=True,
-         help="keep the node-wide hook's infra record (the infra CPUs, in --install-dir) in step "
+    switch_flag("infra-record", True,
+                help="keep the node-wide hook's infra record (the infra CPUs, in --install-dir) in step "
               "with the plan: written only when its content differs (default: on)"),
     Flag(name="untaint-node", switch=True, load=switch_value, default=True,
          help="remove this node's cmk.intel.com/pools-not-ready taint once every pool is registered with "
               "the kubelet, through the API server with the pod's service account (the DaemonSet's "
               "RBAC allows only that); outside a pod, or with no node name, nothing is done (default: on)"),
     Flag(name="irq-steering", parse=steered_pools, load=pools_value, default=frozenset(), metavar="POOLS",
+         schema=POOLS_SCHEMA,
          help="keep device interrupts off the CPUs containers hold in these pools (exclusive, "
               "exclusive-non-isolcpus; comma-separated) while they hold them, and give the IRQ masks "
               "back after; through irqbalance where it runs (docs/user/irq-steering.md) (default: none)"),
@@ -355,20 +346,20 @@ OBSERVE = FlagGroup("observability", (
          help="one line per event: text (key=value) or json (default: text)"),
     Flag(name="metrics-address", parse=address, load=lambda value: parse_address(text_value(value)),
          metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)"),
-    Flag(name="per-cpu-metrics", switch=True, load=switch_value, default=False,
-         help="add per-CPU series (busy time, interrupts, softirqs, held, unheld busy time) to the "
+    switch_flag("per-cpu-metrics", False,
+                help="add per-CPU series (busy time, interrupts, softirqs, held, unheld busy time) to the "
               "per-pool ones: a few per CPU, thousands on a large node, and node_exporter's "
               "node_cpu_seconds_total joined with cmk_cpu_info on cpu gives the busy time (default: off)"),
-    Flag(name="cgroup-scan-seconds", parse=scan_seconds, load=whole(scan_seconds), default=30, metavar="SECONDS",
-         help="reuse a walk of the cgroup tree for cmk_unconfined_containers for up to SECONDS while the "
+    whole_flag("cgroup-scan-seconds", 0, 3600, default=30, metavar="SECONDS",
+               help="reuse a walk of the cgroup tree for cmk_unconfined_containers for up to SECONDS while the "
               "kubelet's holdings stay the same; 0 walks at every scrape (default: 30)"),
     pod_resources_socket("read before serving to keep cores still held under other IDs or pools out of every "
                          "pool, for the allocated-devices metric and to name the pod behind each allocation "
                          "in the log"),
     Flag(name="nfd-features-dir", parse=Path, load=path_value, default=DEFAULT_FEATURES_DIR, metavar="DIR",
          help=f"write Node Feature Discovery labels to DIR/cmk.intel.com (default: {DEFAULT_FEATURES_DIR})"),
-    Flag(name="nfd", switch=True, load=switch_value, default=True,
-         help="write the Node Feature Discovery feature file (default: on)"),
+    switch_flag("nfd", True,
+                help="write the Node Feature Discovery feature file (default: on)"),
 ))
 
 #: ``cmk install``'s own flags; it plans the infra record with ``ROOTS`` and ``PLAN`` too.
@@ -391,13 +382,10 @@ FILE_KEYS: Mapping[str, Flag] = {
 
 
 def plan_options(args: argparse.Namespace) -> PlanOptions:
-    return PlanOptions(
-        num_exclusive_cores=args.num_exclusive_cores,
-        num_shared_cores=args.num_shared_cores,
-        exclusive_mode=args.exclusive_mode,
-        shared_mode=args.shared_mode,
-        excl_non_isolcpus=args.excl_non_isolcpus,
-        shared_slots=args.shared_slots,
-        infra_slots=args.infra_slots,
-        slot_scope=args.slot_scope,
-    )
+    """The plan's settings from parsed (checked) flags and file."""
+    return PlanOptions(**{item.name: getattr(args, item.name) for item in fields(PlanOptions)})
+
+
+def flag_named(dest: str) -> str:
+    """How the command line names a setting (:meth:`CmkError.named`): ``--num-exclusive-cores``."""
+    return f"--{dest.replace('_', '-')}"

@@ -1,4 +1,4 @@
-"""``cmk install``: put the self-contained pinner into the host's install directory (:mod:`deviceplugin.host.install`).
+"""``cmk install``: put the self-contained pinner into the host's install directory (:mod:`deviceplugin.host.installedpinner`).
 
 Beside it, the node-wide hook's files (:mod:`deviceplugin.host.nodewide`): the
 hooks.d declaration (also into ``--hooks-dir``, where podman and CRI-O read it)
@@ -21,8 +21,12 @@ from deviceplugin.cli.flags import (
     host_dir,
     plan_options,
 )
-from deviceplugin.errors import CmkError
-from deviceplugin.host.install import DEFAULT_INSTALL_DIR, built_pinner, install_pinner
+from deviceplugin.errors import CmkError, os_reason
+from deviceplugin.host.installedpinner import (
+    DEFAULT_INSTALL_DIR,
+    built_pinner,
+    install_pinner,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
         for directory in [install_dir, *args.hooks_dir]:
             print(f"wrote the node-wide hook's declaration {nodewide.write_declaration(directory, binary, record)}")
     except OSError as err:
-        raise CmkError(f"cannot write the node-wide hook's files: {err.filename}: {err.strerror}") from None
+        raise CmkError(f"cannot write the node-wide hook's files: {err.filename}: {os_reason(err)}") from None
     return 0

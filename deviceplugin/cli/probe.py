@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from api.constants import DEVICE_PLUGIN_DIR
-from deviceplugin.errors import CmkError
-from deviceplugin.model.limits import parse_seconds
+from deviceplugin.cli.converters import seconds
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.model.plan import RESOURCE_NAMES
 
 
@@ -27,20 +27,13 @@ def daemon_sockets(kubelet_dir: Path) -> list[Path]:
     try:
         return [path for path in paths if path.exists() or path.is_symlink()]
     except OSError as err:
-        raise CmkError(f"cannot look into --kubelet-dir {kubelet_dir}: {err.strerror}") from None
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        return parse_seconds(text, most=3600, zero=False)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+        raise CmkError(f"cannot look into --kubelet-dir {kubelet_dir}: {os_reason(err)}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubelet-dir", type=Path, default=Path(DEVICE_PLUGIN_DIR), metavar="DIR",
                         help=f"the kubelet's device-plugin directory (default: {DEVICE_PLUGIN_DIR})")
-    parser.add_argument("--timeout", type=_positive_seconds, default=2.0, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds(3600, zero=False), default=2.0, metavar="SECONDS",
                         help="deadline of each socket's GetDevicePluginOptions call (default: 2)")
     parser.add_argument("--require-good-config", action="store_true",
                         help="also fail while the daemon refused its config and serves the last good plan "

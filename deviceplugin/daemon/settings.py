@@ -7,8 +7,9 @@ from pathlib import Path
 
 from api.constants import DEVICE_PLUGIN_DIR, validate_device_id, validate_resource_name
 from deviceplugin.errors import CmkError
-from deviceplugin.host.install import DEFAULT_INSTALL_DIR
+from deviceplugin.host.installedpinner import DEFAULT_INSTALL_DIR
 from deviceplugin.host.irqs import DEFAULT_IRQ_DIR, DEFAULT_IRQBALANCE_DIR
+from deviceplugin.host.sysfs import DEFAULT_PROCFS_ROOT, DEFAULT_SYSFS_ROOT
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.protocol.server import (
@@ -20,9 +21,11 @@ from deviceplugin.protocol.server import (
 
 @dataclass(frozen=True, kw_only=True)
 class DaemonSettings:
+    """What the daemon runs with. Defaults are the flags' (``tests/unit/test_flag_table.py`` holds them equal)."""
+
     kubelet_dir: Path = Path(DEVICE_PLUGIN_DIR)
-    sysfs_root: Path = Path("/sys")
-    procfs_root: Path = Path("/proc")
+    sysfs_root: Path = DEFAULT_SYSFS_ROOT
+    procfs_root: Path = DEFAULT_PROCFS_ROOT
     install_dir: str = str(DEFAULT_INSTALL_DIR)
     plan: PlanOptions = field(default_factory=PlanOptions)
     #: Where to write the CDI spec whose hook confines containers; None: no CDI (the CLI defaults to on).
@@ -36,7 +39,7 @@ class DaemonSettings:
     config_problem: str | None = None
     #: Mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota of containers holding only them.
     unthrottle_exclusive: bool = True
-    #: Pools whose held CPUs device interrupts are kept off (:mod:`deviceplugin.daemon.irqs`); empty: none.
+    #: Pools whose held CPUs device interrupts are kept off (:mod:`deviceplugin.daemon.irqsteerer`); empty: none.
     irq_steering: frozenset[Pool] = frozenset()
     #: The IRQ masks steering writes, and where a running irqbalance listens (it owns the masks then).
     irq_dir: Path = DEFAULT_IRQ_DIR

@@ -15,11 +15,11 @@ from api.constants import KUBELET_SOCKET_NAME
 from deviceplugin.daemon import nodefiles
 from deviceplugin.daemon.cpumanager import CpuManager
 from deviceplugin.daemon.held import HeldCores
-from deviceplugin.daemon.irqs import IrqSteering
+from deviceplugin.daemon.irqsteerer import IrqSteering
 from deviceplugin.daemon.serving import PoolServers
 from deviceplugin.daemon.settings import DaemonSettings, check_tree
 from deviceplugin.daemon.wakes import HandedOut, Item, SocketGone, Wake, Wakes
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.events import Allocation, EventLog, Observer, Observers
 from deviceplugin.host.irqs import record_exists as irq_record_exists
 from deviceplugin.host.nodelock import NodeLock
@@ -88,7 +88,7 @@ class Daemon:
         try:
             settings.kubelet_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise CmkError(f"cannot use --kubelet-dir {settings.kubelet_dir}: {err.strerror}") from None
+            raise CmkError(f"cannot use --kubelet-dir {settings.kubelet_dir}: {os_reason(err)}") from None
         self._lock.acquire()  # before any file is written or removed: a second daemon stops here
         self._dir_identity = socket_identity(settings.kubelet_dir)
         for note in self.plan.notes:
@@ -118,7 +118,7 @@ class Daemon:
         try:
             watcher.start()
         except OSError as err:  # e.g. EMFILE: uid 0 shares its inotify instances with the whole node
-            raise CmkError(f"cannot watch for kubelet restarts and CPU hotplug: {err.strerror} "
+            raise CmkError(f"cannot watch for kubelet restarts and CPU hotplug: {os_reason(err)} "
                            "(raise the sysctl fs.inotify.max_user_instances)") from None
         self._watchers.append(watcher)  # stop() stops only what started
 

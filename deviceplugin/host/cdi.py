@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.host.atomic import write_atomically
 from deviceplugin.host.files import FileProblem, read_file
 from deviceplugin.model.cdispec import SPEC_FILE_NAME
@@ -80,7 +80,7 @@ def _mode(path: Path) -> int | None:
 
 def _dir_error(cdi_dir: Path, err: OSError) -> CmkError:
     return CmkError(
-        f"cannot write the CDI spec into {cdi_dir}: {err.strerror}: mount the runtime's CDI directory "
+        f"cannot write the CDI spec into {cdi_dir}: {os_reason(err)}: mount the runtime's CDI directory "
         "writable and name it with --cdi-dir, or run with --no-cdi"
     )
 

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.host.atomic import write_atomically
 from deviceplugin.model.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 from deviceplugin.model.irqsteer import DEFAULT, Narrowed
@@ -47,7 +47,7 @@ def read_masks(irq_dir: Path) -> dict[str, frozenset[int]]:
     try:
         names = [entry.name for entry in os.scandir(irq_dir) if entry.name.isdigit()]
     except OSError as err:
-        raise CmkError(f"cannot list {irq_dir}: {err.strerror}") from None
+        raise CmkError(f"cannot list {irq_dir}: {os_reason(err)}") from None
     for name in names:
         try:
             masks[name] = parse_cpu_list((irq_dir / name / "smp_affinity_list").read_text().strip())
@@ -97,7 +97,7 @@ def write_record(directory: Path, record: Mapping[str, Narrowed]) -> None:
     try:
         write_atomically(path, (json.dumps(data, indent=1) + "\n").encode(), mode=0o644)
     except OSError as err:
-        raise CmkError(f"cannot write the IRQ mask record {path}: {err.strerror}") from None
+        raise CmkError(f"cannot write the IRQ mask record {path}: {os_reason(err)}") from None
 
 
 def ban_cpus(directory: Path, cpus: frozenset[int]) -> Path | None:

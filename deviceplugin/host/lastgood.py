@@ -12,11 +12,13 @@ rollout on the first node).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from deviceplugin.host.atomic import write_atomically
-from deviceplugin.model.plan import Mode, PlanOptions
+from deviceplugin.model.plan import PlanOptions
+from deviceplugin.model.settings import Declared, declared
 
 FILE_NAME = "cmk-last-good-plan.json"
 
@@ -25,19 +27,45 @@ def path_in(kubelet_dir: Path) -> Path:
     return kubelet_dir / FILE_NAME
 
 
+def _encoded(value: Any) -> Any:
+    """A setting's value as JSON: a CPU set as a sorted list; enums and numbers as they are."""
+    return sorted(value) if isinstance(value, frozenset) else value
+
+
+def _decoded(item: Declared, value: Any) -> Any:
+    """A setting's JSON value back, typed and checked against its declaration (the file is an edge too)."""
+    kind = item.kind
+    if value is None and kind is not item.type:  # ``int | None``: not given
+        return None
+    if kind is int:
+        if type(value) is not int or not item.within(value):
+            raise ValueError(f"{item.name}: {value!r} is out of bounds")
+        return value
+    if isinstance(kind, type) and issubclass(kind, StrEnum):
+        return kind(value)
+    if kind == frozenset[int]:
+        return frozenset(int(cpu) for cpu in value)
+    raise TypeError(f"{item.name}: no last-good form for type {kind}")
+
+
 def to_json(options: PlanOptions) -> str:
-    values = asdict(options)
-    values["excl_non_isolcpus"] = sorted(options.excl_non_isolcpus)
-    values["exclusive_mode"], values["shared_mode"] = str(options.exclusive_mode), str(options.shared_mode)
+    """``{"plan": {field: value}}``: the form every release since the last-good plan wrote."""
+    values = {item.dest: _encoded(getattr(options, item.dest)) for item in declared(PlanOptions)}
     return json.dumps({"plan": values}, indent=2, sort_keys=True) + "\n"
 
 
 def from_json(text: str) -> PlanOptions:
-    """Raises ValueError (or KeyError/TypeError) on a file that is not ours or not whole."""
+    """Raises ValueError (or KeyError/TypeError) on a file that is not ours or not whole.
+
+    A setting the file lacks (written before it existed) takes its default; one it has that this
+    release does not know makes the file not ours.
+    """
     values = dict(json.loads(text)["plan"])
-    values["excl_non_isolcpus"] = frozenset(int(cpu) for cpu in values["excl_non_isolcpus"])
-    values["exclusive_mode"], values["shared_mode"] = Mode(values["exclusive_mode"]), Mode(values["shared_mode"])
-    return PlanOptions(**values)
+    settings = {item.dest: item for item in declared(PlanOptions)}
+    unknown = set(values) - set(settings)
+    if unknown:
+        raise KeyError(f"unknown settings {sorted(unknown)}")
+    return PlanOptions(**{dest: _decoded(settings[dest], value) for dest, value in values.items()})
 
 
 def save(kubelet_dir: Path, options: PlanOptions) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.host.atomic import write_atomically
 from deviceplugin.model.plan import CORE_POOLS, Pool, PoolPlan
 from deviceplugin.model.topology import Topology
@@ -77,7 +77,7 @@ def write_features(directory: Path, labels: Mapping[str, str], expiry: datetime 
     try:
         write_atomically(path, features_text(labels, expiry).encode(), mode=0o644)
     except OSError as err:
-        raise CmkError(f"{problem}: {err.strerror}") from None
+        raise CmkError(f"{problem}: {os_reason(err)}") from None
     return path
 
 

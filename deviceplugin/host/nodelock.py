@@ -20,7 +20,7 @@ import os
 import socket
 from pathlib import Path
 
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 
 LOCK_FILE_NAME = "cmk-device-plugin.lock"
 
@@ -42,8 +42,8 @@ class NodeLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as err:
-            raise CmkError(f"cannot open the lock file {self.path}: {err.strerror}: "
-                           "check that --kubelet-dir is a writable directory") from None
+            raise CmkError(f"cannot open the lock file {self.path} (--kubelet-dir must be a writable directory): "
+                           f"{os_reason(err)}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

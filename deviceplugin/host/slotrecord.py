@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.host.atomic import write_atomically
 from deviceplugin.model.cpulist import CpuListError, format_cpu_list, parse_cpu_list
 
@@ -45,5 +45,5 @@ def write_record(directory: Path, record: Mapping[str, frozenset[int]]) -> Path:
     try:
         write_atomically(path, data.encode(), mode=0o644)
     except OSError as err:
-        raise CmkError(f"cannot write the slot record {path}: {err.strerror}") from None
+        raise CmkError(f"cannot write the slot record {path}: {os_reason(err)}") from None
     return path

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.host.files import PSEUDO_FILE_LIMIT, check_directory, read_file, shown
 from deviceplugin.model.bootparams import BootCpuSettings, parse_cmdline
 from deviceplugin.model.limits import (
@@ -26,7 +26,12 @@ from deviceplugin.model.limits import (
     parse_count,
 )
 from deviceplugin.model.packages import PACKAGE_LIST_FILES, number_packages
+from deviceplugin.model.pinnercontract import DEFAULT_SYSFS_ROOT as PINNER_SYSFS_ROOT
 from deviceplugin.model.topology import Cpu, CpuTable, Topology
+
+#: Where the host's sysfs and procfs are (the flags' defaults, the daemon's settings'); tests point them at dumps.
+DEFAULT_SYSFS_ROOT = Path(PINNER_SYSFS_ROOT)
+DEFAULT_PROCFS_ROOT = Path("/proc")
 
 _CPU_DIR = re.compile(r"cpu(\d+)")
 _NODE_DIR = re.compile(r"node(\d+)")
@@ -417,7 +422,7 @@ def _listed(path: str, list_it: Callable[[], T]) -> T | None:
     except NotADirectoryError:
         raise CmkError(f"cannot list {path}: a file stands where a folder should be") from None
     except OSError as error:
-        raise CmkError(f"cannot list {path}: {error.strerror or error}") from None
+        raise CmkError(f"cannot list {path}: {os_reason(error)}") from None
 
 
 _CPU_LIST_FILES = frozenset({"online", "possible", "present", "isolated", "nohz_full"})

@@ -240,13 +240,13 @@ def _cgroup_notes(cgroups: NodeCgroups) -> list[str]:
 
 
 def _reserved(plan: PoolPlan, cores: int) -> frozenset[int]:
+    """The first ``cores`` infra cores' CPUs; ``cores`` comes checked (1 or more: the host always needs a core)."""
     infra = plan.pools[Pool.INFRA]
-    if cores < 1:
-        raise CmkError(f"--reserved-cores must be 1 or more, got {cores}: the host always needs a core")
     if cores > len(infra):
         raise CmkError(
-            f"--reserved-cores {cores} exceeds the {len(infra)} infra cores "
-            f"({format_cpu_list(plan.cpus(Pool.INFRA))}): reserve fewer, or plan smaller pools"
+            f"{{}} {cores} exceeds the {len(infra)} infra cores "
+            f"({format_cpu_list(plan.cpus(Pool.INFRA))}): reserve fewer, or plan smaller pools",
+            settings=("reserved_cores",),
         )
     return frozenset(cpu for core in infra[:cores] for cpu in core.cpus)
 

@@ -1,10 +1,12 @@
 """Package numbers for CPUs whose ``physical_package_id`` is unknown (-1 on POWER, s390, some ARM guests).
 
 One rule, so the daemon's topology (``deviceplugin.host.sysfs``) and the
-pinner's ``--socket-id`` mean the same CPUs by "socket N"; the C pinner
-(``pinner/native/sockets.c``) follows it line by line and the pinner tests compare it with the daemon's
-model. As lscpu and hwloc do, a package is the set of CPUs its package list
-names.
+pinner's ``--socket-id`` mean the same CPUs by "socket N". The rule is written
+twice on purpose: the C pinner (``pinner/native/sockets.c``) runs in images
+with no Python, so it cannot import this; it follows it line by line, and
+``tests/pinner/test_isolate_sockets.py`` compares the two on every dump (a
+deliberate duplicate, listed in ``docs/dev/layout.md``). As lscpu and hwloc
+do, a package is the set of CPUs its package list names.
 """
 
 from __future__ import annotations

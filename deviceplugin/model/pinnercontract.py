@@ -2,14 +2,17 @@
 
 One table, read by ``pinner/build.py`` to generate the static pinner's
 ``cmk_generated.h``, by the daemon's plan and Allocate answer and by the
-tests, so no two of them can drift. Standard library only (the build imports it); the exit tables
-are plain classes of ints, distinct by name.
+tests, so no two of them can drift. Standard library only: ``setup.py`` imports the build, and so
+this, at package build, before any dependency is installed. The exit tables are plain classes of
+ints, distinct by name.
 """
 
 from __future__ import annotations
 
+from deviceplugin import __version__
 
-class Pool:
+
+class PinnerPool:
     """One pool as the pinners see it: the env its Allocate answer sets and the resource to request."""
 
     __slots__ = ("env", "name", "resource", "socket_aware")
@@ -22,22 +25,22 @@ class Pool:
         self.socket_aware = socket_aware
 
     def __repr__(self) -> str:
-        return f"Pool({self.name!r}, {self.env!r}, {self.resource!r}, {self.socket_aware!r})"
+        return f"PinnerPool({self.name!r}, {self.env!r}, {self.resource!r}, {self.socket_aware!r})"
 
 
 #: By name, in the order the pinners list them.
-POOLS: dict[str, Pool] = {
+POOLS: dict[str, PinnerPool] = {
     pool.name: pool
     for pool in (
-        Pool("exclusive", "CMK_CPUS_EXCLUSIVE", "cmk.intel.com/exclusive-cores", True),
-        Pool(
+        PinnerPool("exclusive", "CMK_CPUS_EXCLUSIVE", "cmk.intel.com/exclusive-cores", True),
+        PinnerPool(
             "exclusive-non-isolcpus",
             "CMK_CPUS_EXCLUSIVE_NON_ISOLCPUS",
             "cmk.intel.com/exclusive-non-isolcpus-cores",
             True,
         ),
-        Pool("shared", "CMK_CPUS_SHARED", "cmk.intel.com/shared", True),
-        Pool("infra", "CMK_CPUS_INFRA", "cmk.intel.com/infra", False),
+        PinnerPool("shared", "CMK_CPUS_SHARED", "cmk.intel.com/shared", True),
+        PinnerPool("infra", "CMK_CPUS_INFRA", "cmk.intel.com/infra", False),
     )
 }
 POOL_NAMES = ", ".join(POOLS)
@@ -129,6 +132,8 @@ def exit_table(statuses: type) -> dict[str, int]:
 
 ISOLATE_PROG = "cmk isolate"
 HOOK_PROG = "cmk hook"
+#: What ``cmk --version`` prints, the package's and the static pinner's alike (a pinner on a node names its release).
+VERSION_TEXT = f"cmk {__version__}"
 
 _POOL_LINES = "".join(f"  {p.name:<22}  {p.env:<31}  {p.resource}\n" for p in POOLS.values())
 

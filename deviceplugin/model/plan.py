@@ -14,7 +14,9 @@ from itertools import groupby, zip_longest
 
 from deviceplugin.errors import CmkError
 from deviceplugin.model.cpulist import format_cpu_list
+from deviceplugin.model.limits import MAX_CPUS, MAX_SLOTS
 from deviceplugin.model.pinnercontract import POOLS as PINNER_POOLS
+from deviceplugin.model.settings import setting
 from deviceplugin.model.topology import Core, Topology
 
 
@@ -76,16 +78,32 @@ class PlanError(CmkError):
 
 @dataclass(frozen=True, kw_only=True)
 class PlanOptions:
-    """Pool sizes and placement; ``None`` sizes take the documented defaults."""
+    """Pool sizes and placement (CMK's flags); ``None`` sizes take the documented defaults.
 
-    num_exclusive_cores: int | None = None
-    num_shared_cores: int | None = None
-    exclusive_mode: Mode = Mode.PACKED
-    shared_mode: Mode = Mode.PACKED
-    excl_non_isolcpus: frozenset[int] = frozenset()
-    shared_slots: int = DEFAULT_SLOTS
-    infra_slots: int = DEFAULT_SLOTS
-    slot_scope: SlotScope = SlotScope.POOL
+    Each field is a setting's one declaration (:mod:`deviceplugin.model.settings`): its flag, config
+    key, checks, last-good form, chart schema and docs row are derived from it. The values come checked.
+    """
+
+    num_exclusive_cores: int | None = setting(
+        None, least=0, most=MAX_CPUS, metavar="N", help="physical cores in the exclusive pool",
+        default_text="the isolated cores shared does not take; without isolcpus, up to 4")
+    num_shared_cores: int | None = setting(
+        None, least=0, most=MAX_CPUS, metavar="N", help="physical cores in the shared pool",
+        default_text="1 when two or more cores are free")
+    exclusive_mode: Mode = setting(
+        Mode.PACKED, help="packed fills one NUMA node/socket first; spread round-robins")
+    shared_mode: Mode = setting(Mode.PACKED, help="as exclusive-mode, for the shared pool")
+    excl_non_isolcpus: frozenset[int] = setting(
+        frozenset(), metavar="CPUS", default_text="none",
+        help="non-isolated CPUs (kernel cpu-list syntax) whose whole cores form the exclusive-non-isolcpus pool")
+    shared_slots: int = setting(DEFAULT_SLOTS, least=1, most=MAX_SLOTS, metavar="N",
+                                help="containers the shared pool admits at once")
+    infra_slots: int = setting(DEFAULT_SLOTS, least=1, most=MAX_SLOTS, metavar="N",
+                               help="containers the infra pool admits at once")
+    slot_scope: SlotScope = setting(
+        SlotScope.POOL,
+        help="pool: a shared/infra slot gives the whole pool; numa-node: each NUMA node offers its own slots "
+             "(N per node) giving that node's pool CPUs, for the Topology Manager")
 
 
 @dataclass(frozen=True)
@@ -173,30 +191,26 @@ def _ranked(cores: Sequence[Core], mode: Mode, key: RankKey) -> list[Core]:
     return ranked
 
 
-def _check_size(name: str, value: int | None) -> None:
-    if value is not None and value < 0:
-        raise PlanError(f"{name} must be 0 or more, got {value}")
+_NON_ISOL = ("excl_non_isolcpus",)
 
 
 def _named_cores(topology: Topology, cpus: frozenset[int]) -> list[Core]:
-    """The cores holding the CPUs named by --excl-non-isolcpus, each named CPU checked."""
+    """The cores holding the CPUs named by the excl-non-isolcpus setting, each named CPU checked."""
     known = format_cpu_list(topology.cpus) or "none"
     cores: list[Core] = []
     for cpu in sorted(cpus):
         if cpu not in topology.cpus:
-            raise PlanError(
-                f"--excl-non-isolcpus names CPU {cpu}, which does not exist (CPUs: {known})"
-            )
+            raise PlanError(f"{{}} names CPU {cpu}, which does not exist (CPUs: {known})", settings=_NON_ISOL)
         if cpu not in topology.online:
-            raise PlanError(f"--excl-non-isolcpus names CPU {cpu}, which is offline")
+            raise PlanError(f"{{}} names CPU {cpu}, which is offline", settings=_NON_ISOL)
         core = topology.core_of(cpu)
         assert core is not None  # every online CPU belongs to a core
         isolated = core.cpus & topology.isolated
         if isolated:
             raise PlanError(
-                f"--excl-non-isolcpus names CPU {cpu}, whose core {core} is isolated "
+                f"{{}} names CPU {cpu}, whose core {core} is isolated "
                 f"(isolated CPUs {format_cpu_list(isolated)} belong to exclusive/shared); "
-                "name non-isolated CPUs"
+                "name non-isolated CPUs", settings=_NON_ISOL
             )
         if core not in cores:
             cores.append(core)
@@ -254,7 +268,7 @@ def _isolcpus_plan(whole: list[Core], free: list[Core], options: PlanOptions, ke
                               lambda: f"only {len(whole)} whole cores are isolated ({_cores_text(whole) or 'none'})")
     exclusive, shared, unused = _take(whole, n_excl, n_shared, options, key)
     notes = [(f"isolated cores {_cores_text(unused)} are in no pool: raise "
-             "--num-exclusive-cores or --num-shared-cores to use them")] if unused else []
+             "num-exclusive-cores or num-shared-cores to use them")] if unused else []
     return _Carved(exclusive, shared, free, unused, notes)
 
 
@@ -277,20 +291,11 @@ def _fallback_plan(free: list[Core], options: PlanOptions, key: RankKey) -> _Car
     return _Carved(exclusive, shared, infra, [], notes)
 
 
-def _check_options(options: PlanOptions) -> None:
-    _check_size("--num-exclusive-cores", options.num_exclusive_cores)
-    _check_size("--num-shared-cores", options.num_shared_cores)
-    for name, slots in (("shared slots", options.shared_slots), ("infra slots", options.infra_slots)):
-        if slots < 1:
-            raise PlanError(f"{name} must be 1 or more, got {slots}")
-
-
 def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> PoolPlan:
-    """Carve the pools; raise PlanError when the options cannot be met on this topology."""
-    _check_options(options)
+    """Carve the pools; raise PlanError when the (checked) options cannot be met on this topology."""
     cores = topology.cores
     if not cores:
-        raise PlanError("no online CPUs found: check --sysfs-root")
+        raise PlanError("no online CPUs found: check {}", settings=("sysfs_root",))
     isolated = topology.isolated & topology.online
     partial = [core for core in cores if core.cpus & isolated and not core.cpus <= isolated]
     non_isol = _named_cores(topology, options.excl_non_isolcpus)
@@ -305,9 +310,7 @@ def plan_pools(topology: Topology, options: PlanOptions = PlanOptions()) -> Pool
     else:
         carved = _fallback_plan(free, options, key)
     if non_isol and not carved.infra:
-        raise PlanError(
-            "--excl-non-isolcpus takes every non-isolated core; leave at least one core for infra"
-        )
+        raise PlanError("{} takes every non-isolated core; leave at least one core for infra", settings=_NON_ISOL)
     notes = list(carved.notes)
     if partial:
         notes.append(

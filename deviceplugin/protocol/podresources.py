@@ -23,6 +23,7 @@ import grpc
 
 from api.podresources.v1 import podresources_pb2 as pb
 from api.podresources.v1 import podresources_pb2_grpc as pb_grpc
+from deviceplugin.errors import os_reason
 from deviceplugin.model.assignments import Assignments, Holding
 
 #: Long enough for a busy kubelet on a big node, short enough for a Prometheus scrape (10 s default).
@@ -61,7 +62,7 @@ def _check_socket(path: Path) -> None:
     except FileNotFoundError:
         raise Unavailable(f"no socket at {path} (is the kubelet running, and the directory mounted?)") from None
     except OSError as err:
-        raise Unavailable(f"cannot use {path}: {err.strerror}") from None
+        raise Unavailable(f"cannot use {path}: {os_reason(err)}") from None
     if not stat.S_ISSOCK(mode):
         raise Unavailable(f"{path} is not a unix socket")
 

@@ -27,7 +27,7 @@ from api.constants import HEALTHY, UNHEALTHY
 from api.health.v1 import health_pb2, health_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.errors import CmkError, one_line
+from deviceplugin.errors import CmkError, one_line, os_reason
 from deviceplugin.events import Allocation, EventLog, Observer
 from deviceplugin.model.answers import (
     ContainerAnswer,
@@ -175,7 +175,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
             if self.socket_path.exists() or self.socket_path.is_symlink():
                 self.socket_path.unlink()
         except OSError as err:
-            raise CmkError(f"{problem} ({err.strerror})") from None
+            raise CmkError(f"{problem} ({os_reason(err)})") from None
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS,
                                                         thread_name_prefix=f"cmk-{self.devices.pool}"))
         pb_grpc.add_DevicePluginServicer_to_server(self, server)

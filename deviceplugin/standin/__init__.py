@@ -5,7 +5,6 @@ never more lenient, so a plugin that passes against it passes against a
 kubelet. Import the pieces from here.
 """
 
-from deviceplugin.standin.answers import Conflict, ContainerAnswer, DeviceNode, Mount
 from deviceplugin.standin.lifecycle import ContainerStartError
 from deviceplugin.standin.nodedevices import Device
 from deviceplugin.standin.options import KubeletOptions
@@ -17,6 +16,7 @@ from deviceplugin.standin.pods import (
     ContainerSpec,
     PodSpec,
 )
+from deviceplugin.standin.runoptions import Conflict, ContainerAnswer, DeviceNode, Mount
 from deviceplugin.standin.standin import Kubelet, Registration
 
 __all__ = [

@@ -19,7 +19,7 @@ from deviceplugin.standin.topologymanager import TopologyPolicy
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deviceplugin.standin", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m deviceplugin.standin", description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--plugin-dir", type=Path, required=True, help="device plugin directory to serve kubelet.sock in")
     parser.add_argument("--pod-resources-socket", type=Path, help="also serve the pod resources API on this socket")
     parser.add_argument("--grace-period", type=float, default=300.0, help="seconds a resource keeps its capacity after its stream ends")

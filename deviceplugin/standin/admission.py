@@ -17,7 +17,6 @@ from pathlib import Path
 from api.constants import UNHEALTHY, validate_resource_name
 from deviceplugin.errors import CmkError
 from deviceplugin.standin import lifecycle
-from deviceplugin.standin.answers import Conflict, ContainerAnswer, merge_answers
 from deviceplugin.standin.cdiresolve import unresolvable
 from deviceplugin.standin.devicemanager import DeviceManager
 from deviceplugin.standin.lifecycle import ContainerStartError
@@ -33,6 +32,7 @@ from deviceplugin.standin.pods import (
     choose_devices,
     shuffled,
 )
+from deviceplugin.standin.runoptions import Conflict, ContainerAnswer, merge_answers
 from deviceplugin.standin.topologymanager import (
     TOPOLOGY_AFFINITY_ERROR,
     TOPOLOGY_AFFINITY_MESSAGE,

@@ -9,8 +9,8 @@ import random
 from collections.abc import Collection, Mapping, Sequence
 
 from deviceplugin.errors import CmkError
-from deviceplugin.standin.answers import Conflict, ContainerAnswer, merge_answers
 from deviceplugin.standin.pods import shuffled
+from deviceplugin.standin.runoptions import Conflict, ContainerAnswer, merge_answers
 
 #: Kubelet minor versions the stand-in models (1.28 .. 1.36).
 VERSIONS = tuple(f"1.{minor}" for minor in range(28, 37))

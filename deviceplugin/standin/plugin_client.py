@@ -16,8 +16,8 @@ import grpc
 
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
-from deviceplugin.standin.answers import ContainerAnswer, DeviceNode, Mount
 from deviceplugin.standin.nodedevices import Device
+from deviceplugin.standin.runoptions import ContainerAnswer, DeviceNode, Mount
 
 
 class PluginCallError(Exception):

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from deviceplugin.errors import CmkError
-from deviceplugin.standin.answers import Conflict, ContainerAnswer
 from deviceplugin.standin.nodedevices import Device
+from deviceplugin.standin.runoptions import Conflict, ContainerAnswer
 
 Prefer = Callable[[list[str], list[str], int], Sequence[str]]
 """GetPreferredAllocation: (available, must_include, size) -> the plugin's preferred IDs."""

@@ -29,7 +29,6 @@ from deviceplugin.errors import CmkError
 from deviceplugin.protocol.server import MAX_SOCKET_PATH
 from deviceplugin.standin import lifecycle
 from deviceplugin.standin.admission import Admission
-from deviceplugin.standin.answers import Conflict, ContainerAnswer
 from deviceplugin.standin.devicemanager import (
     DeviceManager,
     Registration,
@@ -38,8 +37,9 @@ from deviceplugin.standin.devicemanager import (
 from deviceplugin.standin.nodedevices import Device
 from deviceplugin.standin.options import KubeletOptions
 from deviceplugin.standin.plugin_client import PluginOptions
-from deviceplugin.standin.podresources import PodResourcesServicer
+from deviceplugin.standin.podresourcesserver import PodResourcesServicer
 from deviceplugin.standin.pods import AdmittedPod, PodSpec
+from deviceplugin.standin.runoptions import Conflict, ContainerAnswer
 
 __all__ = ["Kubelet", "KubeletOptions", "Registration", "registration_problem", "remove_sockets"]
 

@@ -3,6 +3,7 @@
 #define CMK_GENERATED_H
 
 #define PROG "cmk isolate"
+#define VERSION_TEXT "cmk 0.1.0\n"
 #define EXIT_AFFINITY 8
 #define EXIT_HELP 0
 #define EXIT_MALFORMED 5

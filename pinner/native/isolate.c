@@ -14,7 +14,7 @@
 #include "sockets.h"
 
 #define POOL_ENTRY(name, var, resource, socket_aware) {name, var, resource, socket_aware},
-static const struct pool POOLS[] = {CMK_POOLS(POOL_ENTRY)};
+static const struct pinner_pool POOLS[] = {CMK_POOLS(POOL_ENTRY)};
 #undef POOL_ENTRY
 
 /* ---- the command line ------------------------------------------------------ */
@@ -156,9 +156,9 @@ static int parse_args(int argc, char **argv, struct request *r, cmk_error *err)
 
 /* ---- the pool's CPUs ------------------------------------------------------- */
 
-static int pool_cpus(const char *name, const struct pool **pool, cpuset *cpus, cmk_error *err)
+static int pool_cpus(const char *name, const struct pinner_pool **pool, cpuset *cpus, cmk_error *err)
 {
-    const struct pool *p = NULL;
+    const struct pinner_pool *p = NULL;
     for (size_t i = 0; i < sizeof POOLS / sizeof POOLS[0]; i++)
         if (!strcmp(POOLS[i].name, name))
             p = &POOLS[i];
@@ -184,7 +184,7 @@ static int pool_cpus(const char *name, const struct pool **pool, cpuset *cpus, c
     return parse_cpus_value(p->var, raw, cpus, &err->msg) ? cmk_fail(err, EXIT_MALFORMED) : 0;
 }
 
-static int check_allowed(const struct pool *p, const cpuset *cpus, const cpuset *allowed, cmk_error *err)
+static int check_allowed(const struct pinner_pool *p, const cpuset *cpus, const cpuset *allowed, cmk_error *err)
 {
     cpuset missing = {0};
     int count = 0;
@@ -347,7 +347,7 @@ static int exec_command(const char *command, char **args, int nargs, cmk_error *
 int isolate(int argc, char **argv, cmk_error *err)
 {
     struct request r;
-    const struct pool *pool = NULL;
+    const struct pinner_pool *pool = NULL;
     static cpuset cpus, allowed, started;
     int status = parse_args(argc, argv, &r, err);
     if (status)

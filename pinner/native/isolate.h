@@ -7,7 +7,7 @@
 #include "error.h"
 
 /* One row of deviceplugin/model/pinnercontract.py's POOLS. */
-struct pool {
+struct pinner_pool {
     const char *name, *var, *resource;
     int socket_aware;
 };

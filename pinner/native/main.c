@@ -9,7 +9,7 @@
  * scratch image. It allocates little, writes each error as one write(2), and execs the command in place.
  *
  * main() dispatches on a subcommand: `isolate` (in the workload's container, isolate.c) or `hook` (the OCI
- * hook the CDI spec adds, run by the runtime on the host, hook.c). Each returns its exit status with any
+ * hook the CDI spec adds, run by the runtime on the host, hook.c); `--version` prints the package's release. Each returns its exit status with any
  * message in the error value it is given; only here is that message printed.
  */
 #define _GNU_SOURCE
@@ -19,10 +19,13 @@
 #include "error.h"
 #include "hook.h"
 #include "isolate.h"
+#include "strbuf.h"
 
 int main(int argc, char **argv)
 {
     cmk_error err = {0};
+    if (argc == 2 && (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")))
+        return write_all(1, VERSION_TEXT, sizeof VERSION_TEXT - 1) ? 1 : 0;
     if (argc >= 2 && !strcmp(argv[1], "isolate"))
         return cmk_report(PROG, &err, isolate(argc - 2, argv + 2, &err));
     if (argc >= 2 && !strcmp(argv[1], "hook"))

@@ -212,7 +212,9 @@ static int package_members(const char *root, unsigned c, cpuset *members, cmk_er
 
 /* derived[cpu]: every online CPU's package number where the kernel gives -1 (else -1), numbered as
  * deviceplugin/model/packages.py's number_packages does: a package one of its CPUs has an id for keeps the lowest
- * such id; the others are numbered after the known ids, in the order of their lowest CPU. */
+ * such id; the others are numbered after the known ids, in the order of their lowest CPU. The rule is written
+ * twice on purpose (docs/dev/layout.md): this binary runs where there is no Python to import it from, and
+ * tests/pinner/test_isolate_sockets.py checks the two agree on every dump. */
 static int derived_packages(const char *root, long *derived, cmk_error *err)
 {
     static cpuset online, members;
@@ -273,7 +275,7 @@ static int derived_packages(const char *root, long *derived, cmk_error *err)
 }
 
 /* "none of the POOL pool's CPUs (LIST) is on socket N (they are on socket A,B): ...". */
-static int on_no_socket(const struct pool *p, const cpuset *cpus, long socket_id, const long *packages,
+static int on_no_socket(const struct pinner_pool *p, const cpuset *cpus, long socket_id, const long *packages,
                         size_t npackages, cmk_error *err)
 {
     s_add(&err->msg, "none of the ");
@@ -287,7 +289,7 @@ static int on_no_socket(const struct pool *p, const cpuset *cpus, long socket_id
     return cmk_fail(err, EXIT_SOCKET);
 }
 
-int on_socket(const struct pool *p, cpuset *cpus, long socket_id, const char *root, cmk_error *err)
+int on_socket(const struct pinner_pool *p, cpuset *cpus, long socket_id, const char *root, cmk_error *err)
 {
     long packages[64];
     size_t npackages = 0;

@@ -12,6 +12,6 @@
 
 /* Narrows cpus (pool p's) to those on socket socket_id, sysfs under root; 0, or EXIT_SOCKET with the message
  * in err (none of them there, or sysfs unreadable or malformed). */
-int on_socket(const struct pool *p, cpuset *cpus, long socket_id, const char *root, cmk_error *err);
+int on_socket(const struct pinner_pool *p, cpuset *cpus, long socket_id, const char *root, cmk_error *err);
 
 #endif

@@ -36,7 +36,7 @@ from deviceplugin.model.devices import core_device_ids
 from deviceplugin.model.pinnercontract import ENV_NAMES, LIST_HINT
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, KubeletOptions, PodSpec
-from deviceplugin.standin.answers import ContainerAnswer
+from deviceplugin.standin.runoptions import ContainerAnswer
 from tests.support.nodewide import host_view, plan_cpus
 from tests.support.podman import env_flags, hook_devices, podman, run
 

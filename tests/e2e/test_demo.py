@@ -224,24 +224,27 @@ def test_demo_on_a_dump_shows_the_pinners_refusal_instead_of_an_affinity(start_d
                        for line in held.lines), f"{row.container}: the pinner's refusal is not shown"
     status, out, err = held.finish()
     refused = sum(r.pid is None for r in rows)
-    assert status == (1 if refused == len(rows) else 0), err
+    assert (status, err) == (0, "")
     done = f"done: {len(rows) - refused} of {len(rows)} containers ran pinned to the CPUs their devices name"
     refusal = f"; the pinner refused {refused} whose CPUs are not this machine's to give here"
     assert (done + refusal if refused else done + "\n") in out
     assert_nothing_left(held, started)
 
 
-def test_demo_where_no_container_ran_pinned_exits_non_zero_saying_so() -> None:
-    """One CPU allowed to the demo, the dump's pools each span two or more: every pinner refuses."""
+def test_demo_on_a_dump_where_every_pinner_refuses_still_succeeds_as_the_readme_says() -> None:
+    """One CPU allowed to the demo, the dump's pools each span two or more: every pinner refuses, which is what
+    the demo on a dump promises to show (README, section Run it), so it exits 0 with nothing on stderr."""
     dump = topology("cmk-xeon_d")
     one = min(os.sched_getaffinity(0))
     result = subprocess.run(demo_args("--sysfs-root", str(dump / "sys"), "--procfs-root", str(dump / "proc")),
                             cwd=ROOT, capture_output=True, text=True, check=False, timeout=TIMEOUT,
                             preexec_fn=lambda: os.sched_setaffinity(0, {one}))
-    assert "done: 0 of 3 containers ran pinned" in result.stdout, result.stdout + result.stderr
-    assert result.returncode == 1
-    assert result.stderr == ("cmk demo: error: no container ran pinned: none of the CPUs their devices name are "
-                             "this process's to give (see the refusals above)\n")
+    done = ("done: 0 of 3 containers ran pinned to the CPUs their devices name; the pinner refused 3 whose CPUs "
+            "are not this machine's to give here")
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout + result.stderr
+    assert result.stdout.endswith(done + "\n")
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "the demo shows that refusal instead of an affinity" in readme and "and exits 0" in readme
 
 
 def test_demo_takes_the_daemons_config_file(tmp_path) -> None:

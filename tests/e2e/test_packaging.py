@@ -7,9 +7,11 @@ installing anything into this environment.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -120,3 +122,66 @@ def test_demo_without_the_pinner_or_a_compiler_is_one_line_pointing_to_the_readm
                                     "is missing, as after a build without a C compiler), and building it for this run "
                                     "failed: no C compiler found")
     assert result.stderr.endswith(" (README.md, section Install)\n")
+
+
+def install_section_commands() -> list[str]:
+    """README's Install commands, as a reader pastes them, the clone line apart (the test copies the tracked files)."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.partition("\n## Install\n")[2].partition("\n\n    ")[2].partition("\n\n")[0]
+    lines = [line.removeprefix("    ") for line in block.splitlines()]
+    assert lines[0] == "git clone REPOSITORY cmk-deviceplugin && cd cmk-deviceplugin"
+    return lines[1:]
+
+
+def shell(clone: Path, script: str, *, path: str) -> subprocess.CompletedProcess[str]:
+    """``script`` in bash from the checkout, as a reader's terminal runs it (pip's own settings kept)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("PIP_", "HTTP", "HTTPS", "NO_PROXY", "http", "https",
+                                                                 "no_proxy"))}
+    env |= {"PATH": path, "HOME": os.environ.get("HOME", str(clone.parent))}
+    return subprocess.run(["/bin/bash", "-ec", script], cwd=clone, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+
+
+def test_the_install_sections_commands_install_cmk_and_its_pinner_fix_works_for_the_installed_cmk(
+        clone: Path, tmp_path: Path) -> None:
+    """README's Install as written: a venv, ``pip install .``; then the trap of a package built without a compiler:
+    the command ``cmk install``'s error names, run from the checkout, builds the pinner the installed cmk finds."""
+    python = str(Path(sys.executable).parent)  # a python3 of 3.11+ first on PATH, as on the reader's machine
+    system = f"{python}:/usr/local/bin:/usr/bin:/bin"
+    opt = tmp_path / "opt"
+    installed = shell(clone, "\n".join([*install_section_commands(), f"cmk install --install-dir {opt}"]), path=system)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    assert f"installed {opt / 'cmk'}" in installed.stdout.splitlines()
+    assert (clone / ".venv/bin/cmk").is_file() and not (clone / "pinner/bin/cmk").exists()
+
+    # the package again with no compiler on PATH: it comes without its pinner
+    no_compiler = tmp_path / "bin"
+    no_compiler.mkdir()
+    shutil.rmtree(clone / "build")
+    bare = shell(clone, ". .venv/bin/activate && pip install -q --no-deps --force-reinstall .", path=str(no_compiler))
+    assert bare.returncode == 0, bare.stdout + bare.stderr
+    refused = shell(clone, f". .venv/bin/activate && cmk install --install-dir {opt}2", path=system)
+    assert refused.returncode == 1 and "self-contained pinner was not built" in refused.stderr, refused.stderr
+    fix = refused.stderr.partition("build it with '")[2].partition("'")[0]
+    assert fix.startswith("python -m pinner.build --output ") and "README.md, section Install" in refused.stderr
+    built = shell(clone, f". .venv/bin/activate && {fix} && cmk install --install-dir {opt}2", path=system)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert (opt.parent / "opt2/cmk").is_file() and not (clone / "pinner/bin/cmk").exists()
+
+
+def test_a_stale_build_directory_never_ships_an_old_pinner(clone: Path, tmp_path: Path) -> None:
+    """pip builds in the checkout's build/: a pinner an earlier build left in build/lib must not reach the wheel
+    of a build that could not make one (pip then says "not built", and the wheel must agree)."""
+    platlib = f"lib.{sysconfig.get_platform()}-{sys.implementation.cache_tag}"  # the wheel is platform-tagged
+    stale = clone / "build" / platlib / "pinner/bin/cmk"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"#!/bin/sh\necho an old pinner\n")
+    no_compiler = tmp_path / "bin"
+    no_compiler.mkdir()
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
+                             "-w", str(tmp_path / "wheels"), "."], cwd=clone, capture_output=True, text=True,
+                            env={"PATH": str(no_compiler), "HOME": str(tmp_path)}, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "the self-contained pinner was not built" in result.stdout + result.stderr
+    (wheel,) = (tmp_path / "wheels").glob("*.whl")
+    assert "pinner/bin/cmk" not in zipfile.ZipFile(wheel).namelist()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from deviceplugin import __version__
 from deviceplugin.model.pinnercontract import ISOLATE_HELP
 from pinner import build
 from tests.support.native import PT_INTERP, program_header_types
@@ -44,3 +46,15 @@ def test_native_top_level_names_its_two_commands(native_cmk: Path) -> None:
     assert (other.returncode, other.stderr) == (
         2, ("cmk: error: unknown command 'describe': this self-contained cmk runs only 'cmk isolate' and 'cmk hook'; "
         "the other commands come with the cmk-deviceplugin package\n"))
+
+
+def test_the_static_pinner_names_the_same_release_as_the_package(tmp_path: Path) -> None:
+    """A pinner found on a node (``/opt/bin/cmk --version``) says which release put it there, as ``cmk --version`` does."""
+    output = tmp_path / "cmk"
+    build.build(output)
+    package = subprocess.run([sys.executable, "-m", "deviceplugin", "--version"], capture_output=True, text=True,
+                             check=True).stdout
+    assert package == f"cmk {__version__}\n"
+    for flag in ("--version", "-V"):
+        shown = subprocess.run([str(output), flag], env={}, capture_output=True, text=True, check=False)
+        assert (shown.returncode, shown.stdout, shown.stderr) == (0, package, "")

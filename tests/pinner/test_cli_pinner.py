@@ -44,5 +44,5 @@ def test_without_the_static_pinner_help_still_shows_and_a_run_says_how_to_build_
     assert static_pinner(command, [], binary=missing) == 2
     assert capsys.readouterr().err == (
         f"cmk {command}: error: {what} is the static pinner's, and the self-contained pinner was not built "
-        f"({missing} is missing, as after a build without a C compiler): build it with 'python -m pinner.build' "
+        f"({missing} is missing, as after a build without a C compiler): build it with 'python -m pinner.build --output {missing}' "
         f"(README.md, section Install), or run the installed one, e.g. /opt/bin/cmk {command}\n")

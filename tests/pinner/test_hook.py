@@ -9,7 +9,9 @@ cgroup files, while the affinity is still set on a real multi-threaded process.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -170,40 +172,39 @@ def test_the_cfs_quota_goes_only_when_every_entry_is_an_exclusive_core(
         assert read_cpus(cpuset / "cpuset.cpus") == cpu
 
 
-def test_cgroup_v2_quota_becomes_max_in_the_same_directory(native_cmk: Path, tmp_path: Path) -> None:
+def exclusive_hook_on_v2(native_cmk: Path, tmp_path: Path, cgroup: str,
+                         quotas: Callable[[Path], object]) -> tuple[subprocess.CompletedProcess[bytes], Path]:
+    """The hook on one exclusive core, for a process in the cgroup v2 directory ``cgroup`` of a tree in
+    ``tmp_path`` whose quota files ``quotas(container)`` wrote; the hook's result and that directory."""
     bundle, proc_root, cgroup_root = tmp_path / "bundle", tmp_path / "proc", tmp_path / "cgroup2"
     write_config(bundle, ["0"], exclusive=[True])
-    container = cgroup_root / "kubepods" / "pod1" / "ctr"
+    container = cgroup_root / cgroup
     container.mkdir(parents=True)
     (container.parent / "cpuset.cpus.effective").write_text("0-1\n")
-    (container.parent / "cpu.max").write_text("200000 100000\n")
     (container / "cpuset.cpus").write_text("")
-    (container / "cpu.max").write_text("100000 100000\n")
+    quotas(container)
     with process_in(None) as proc:
         (proc_root / str(proc.pid)).mkdir(parents=True)
-        (proc_root / str(proc.pid) / "cgroup").write_text("0::/kubepods/pod1/ctr\n")
+        (proc_root / str(proc.pid) / "cgroup").write_text(f"0::/{cgroup}\n")
         kernel_files(container, proc.pid)
-        result = run_hook(native_cmk, state(proc.pid, bundle), "--cpus=0", "--exclusive", f"--proc-root={proc_root}",
-                          f"--cgroup-root={cgroup_root}")
-        assert (result.returncode, result.stderr) == (0, b"")
-        assert (container / "cpu.max").read_text() == "max\n"
-        assert (container.parent / "cpu.max").read_text() == "200000 100000\n"  # the pod's quota stays
+        return run_hook(native_cmk, state(proc.pid, bundle), "--cpus=0", "--exclusive", f"--proc-root={proc_root}",
+                        f"--cgroup-root={cgroup_root}"), container
+
+
+def test_cgroup_v2_quota_becomes_max_in_the_same_directory(native_cmk: Path, tmp_path: Path) -> None:
+    def quotas(container: Path) -> None:
+        (container.parent / "cpu.max").write_text("200000 100000\n")
+        (container / "cpu.max").write_text("100000 100000\n")
+
+    result, container = exclusive_hook_on_v2(native_cmk, tmp_path, "kubepods/pod1/ctr", quotas)
+    assert (result.returncode, result.stderr) == (0, b"")
+    assert (container / "cpu.max").read_text() == "max\n"
+    assert (container.parent / "cpu.max").read_text() == "200000 100000\n"  # the pod's quota stays
 
 
 def test_an_unwritable_quota_refuses_the_start_in_one_line(native_cmk: Path, tmp_path: Path) -> None:
-    bundle, proc_root, cgroup_root = tmp_path / "bundle", tmp_path / "proc", tmp_path / "cgroup2"
-    write_config(bundle, ["0"], exclusive=[True])
-    container = cgroup_root / "pod1" / "ctr"
-    container.mkdir(parents=True)
-    (container.parent / "cpuset.cpus.effective").write_text("0-1\n")
-    (container / "cpuset.cpus").write_text("")
-    (container / "cpu.max").mkdir()  # not a regular file
-    with process_in(None) as proc:
-        (proc_root / str(proc.pid)).mkdir(parents=True)
-        (proc_root / str(proc.pid) / "cgroup").write_text("0::/pod1/ctr\n")
-        kernel_files(container, proc.pid)
-        result = run_hook(native_cmk, state(proc.pid, bundle), "--cpus=0", "--exclusive", f"--proc-root={proc_root}",
-                          f"--cgroup-root={cgroup_root}")
-        assert result.returncode == HookExit.QUOTA
-        assert result.stderr.decode().startswith("cmk hook: error: cannot remove the CFS quota of the container's ")
-        assert result.stderr.count(b"\n") == 1
+    result, _ = exclusive_hook_on_v2(native_cmk, tmp_path, "pod1/ctr",
+                                     lambda container: (container / "cpu.max").mkdir())  # not a regular file
+    assert result.returncode == HookExit.QUOTA
+    assert result.stderr.decode().startswith("cmk hook: error: cannot remove the CFS quota of the container's ")
+    assert result.stderr.count(b"\n") == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.errors import CmkError
-from deviceplugin.host.install import install_pinner
+from deviceplugin.host.installedpinner import install_pinner
 from deviceplugin.model.pinnercontract import ISOLATE_HELP as HELP
 from tests.support.commands import cmk
 
@@ -63,7 +63,7 @@ def test_install_into_an_unfit_hooks_dir_is_refused_before_anything_is_written(n
 
 
 def test_install_without_a_built_pinner_says_how_to_build_it(tmp_path: Path) -> None:
-    with pytest.raises(CmkError, match=r"not built .* 'python -m pinner.build'") as err:
+    with pytest.raises(CmkError, match=r"not built .* 'python -m pinner.build --output \S+/missing'") as err:
         install_pinner(tmp_path / "missing", tmp_path / "bin")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "bin").exists()

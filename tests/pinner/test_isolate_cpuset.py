@@ -22,7 +22,13 @@ from tests.pinner.conftest import CPU_A as A
 from tests.pinner.conftest import CPU_B as B
 from tests.pinner.conftest import CPUSET_V1, Pinner, on_cpus
 from tests.support.hookrun import cpuset_cgroup as hook_cgroup
-from tests.support.processes import WAIT_FOR_SIGNAL, environ, status_field, stop
+from tests.support.processes import (
+    WAIT_FOR_SIGNAL,
+    environ,
+    pinning,
+    status_field,
+    stop,
+)
 
 BOTH = format_cpu_list({A, B})
 
@@ -65,9 +71,7 @@ def test_inherited_affinity_without_the_pool_cpu_is_widened_to_the_pool(pinner: 
             assert proc.stdout is not None
             assert proc.stdout.readline() == "ready\n"
             assert Path(f"/proc/{proc.pid}/cpuset").read_text().strip() == "/" + cgroup.name
-            assert status_field(proc.pid, "Cpus_allowed_list") == str(B)
-            env = environ(proc.pid)
-            assert (env["CMK_CPUS_ASSIGNED"], env["CMK_CPUS_ASSIGNED_MASK"]) == (str(B), format_cpu_mask({B}))
+            assert pinning(proc.pid) == (str(B), str(B), format_cpu_mask({B}))
         finally:
             stop(proc)
 

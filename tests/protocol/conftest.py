@@ -12,6 +12,7 @@ import pytest
 from deviceplugin.standin import Kubelet, KubeletOptions
 from tests.support.daemon import start_daemon  # noqa: F401  (fixtures the protocol tests share)
 from tests.support.plugins import plugins, registered  # noqa: F401
+from tests.support.started import StopAfter
 
 
 @pytest.fixture
@@ -25,18 +26,12 @@ def plugin_dir() -> Iterator[Path]:
 @pytest.fixture
 def make_kubelet(plugin_dir: Path) -> Iterator[Callable[..., Kubelet]]:
     """Start a stand-in with custom settings: ``make_kubelet(grace_period=0.2)``; stopped after the test."""
-    started: list[Kubelet] = []
+    with StopAfter() as kept:
+        def make(**settings: object) -> Kubelet:
+            settings = {"seed": 0, "pod_resources_socket": plugin_dir / "pod-resources.sock", **settings}
+            return kept.start(Kubelet(plugin_dir, KubeletOptions(**settings)))  # type: ignore[arg-type]
 
-    def make(**settings: object) -> Kubelet:
-        settings = {"seed": 0, "pod_resources_socket": plugin_dir / "pod-resources.sock", **settings}
-        kubelet = Kubelet(plugin_dir, KubeletOptions(**settings))  # type: ignore[arg-type]
-        kubelet.start()
-        started.append(kubelet)
-        return kubelet
-
-    yield make
-    for kubelet in started:
-        kubelet.stop()
+        yield make
 
 
 @pytest.fixture

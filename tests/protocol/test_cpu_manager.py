@@ -19,6 +19,7 @@ from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool
 from deviceplugin.standin import Kubelet
 from tests.support.commands import cmk
 from tests.support.records import logged
+from tests.support.started import StopAfter
 from tests.support.topologies import fixture_copy
 
 EXCLUSIVE, SHARED, INFRA = (RESOURCE_NAMES[p] for p in (Pool.EXCLUSIVE, Pool.SHARED, Pool.INFRA))
@@ -30,21 +31,15 @@ STATIC_CPUS = [cpu for cpu in range(16) if cpu not in (0, 8)]
 def serve(plugin_dir: Path, tmp_path: Path,
           caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[Kubelet, Path | None], Daemon]]:
     """An in-process daemon on a copy of xeon_d reading ``socket``; stopped after. Its lines are in ``caplog``."""
-    started: list[Daemon] = []
     caplog.set_level(logging.INFO, logger="deviceplugin")
+    with StopAfter() as kept:
+        def start(kubelet: Kubelet, socket: Path | None) -> Daemon:
+            sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path / f"dump{len(kept)}")
+            return kept.start(Daemon(DaemonSettings(
+                kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs, install_dir="/opt/cmk-test/bin",
+                plan=PlanOptions(num_exclusive_cores=3), pod_resources_socket=socket, held_recheck=0.2)))
 
-    def start(kubelet: Kubelet, socket: Path | None) -> Daemon:
-        sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path / f"dump{len(started)}")
-        daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
-                                       install_dir="/opt/cmk-test/bin", plan=PlanOptions(num_exclusive_cores=3),
-                                       pod_resources_socket=socket, held_recheck=0.2))
-        daemon.start()
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.stop()
+        yield start
 
 
 def registered(kubelet: Kubelet, resources: set[str]) -> None:

@@ -22,6 +22,7 @@ from deviceplugin.model.plan import PlanOptions
 from deviceplugin.standin import AdmissionError, ContainerSpec, Kubelet, PodSpec
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
 from tests.support.records import logged
+from tests.support.started import StopAfter
 from tests.support.topologies import fixture_copy, take_offline_as_the_kernel_does
 
 INSTALL_DIR = "/opt/cmk-test"
@@ -32,21 +33,16 @@ def run_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path,
                caplog: pytest.LogCaptureFixture) -> Iterator[Callable[..., Daemon]]:
     """``run_daemon(**plan)``: a daemon on CMK's Xeon D reading the stand-in's pod resources; its lines in ``caplog``."""
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
-    running: list[Daemon] = []
     caplog.set_level(logging.INFO, logger="deviceplugin")
+    with StopAfter() as kept:
+        def run(**plan: object) -> Daemon:
+            caplog.clear()  # each daemon's own lines
+            return kept.start(Daemon(DaemonSettings(
+                kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs, install_dir=INSTALL_DIR,
+                plan=PlanOptions(**plan),  # type: ignore[arg-type]
+                pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1)))
 
-    def run(**plan: object) -> Daemon:
-        caplog.clear()  # each daemon's own lines
-        daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
-                                       install_dir=INSTALL_DIR, plan=PlanOptions(**plan),  # type: ignore[arg-type]
-                                       pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1))
-        daemon.start()
-        running.append(daemon)
-        return daemon
-
-    yield run
-    for daemon in running:
-        daemon.stop()
+        yield run
 
 
 def replace_daemon(kubelet: Kubelet, run: Callable[..., Daemon], old: Daemon,

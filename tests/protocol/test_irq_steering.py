@@ -25,6 +25,7 @@ from deviceplugin.observe.metrics import Metrics, PoolCollector
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
 from tests.support.records import logged
+from tests.support.started import StopAfter
 from tests.support.topologies import fixture_copy
 
 ALL = frozenset(range(16))  # cmk-xeon_d: 16 CPUs
@@ -54,24 +55,19 @@ def run_daemon(kubelet: Kubelet, plugin_dir: Path, tmp_path: Path,
                irq_dir: Path) -> Iterator[Callable[..., tuple[Daemon, Metrics]]]:
     """``run_daemon(steering)``: a started daemon and its metrics, fed as ``cmk device-plugin`` feeds them."""
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)  # isolcpus=0-3,8-11
-    running: list[Daemon] = []
+    with StopAfter() as kept:
+        def run(steering: frozenset[Pool] = frozenset({Pool.EXCLUSIVE})) -> tuple[Daemon, Metrics]:
+            daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
+                                           install_dir="/opt/cmk-test", plan=PlanOptions(num_shared_cores=1),
+                                           pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1,
+                                           irq_steering=steering, irq_dir=irq_dir,
+                                           irqbalance_dir=tmp_path / "irqbalance"))
+            metrics = Metrics(PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
+                                            registered=daemon.registered_resources, pod_resources=None), daemon.tree)
+            daemon.observers.add(metrics)
+            return kept.start(daemon), metrics
 
-    def run(steering: frozenset[Pool] = frozenset({Pool.EXCLUSIVE})) -> tuple[Daemon, Metrics]:
-        daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
-                                       install_dir="/opt/cmk-test", plan=PlanOptions(num_shared_cores=1),
-                                       pod_resources_socket=kubelet.pod_resources_socket, held_recheck=0.1,
-                                       irq_steering=steering, irq_dir=irq_dir,
-                                       irqbalance_dir=tmp_path / "irqbalance"))
-        metrics = Metrics(PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
-                                        registered=daemon.registered_resources, pod_resources=None), daemon.tree)
-        daemon.observers.add(metrics)
-        daemon.start()
-        running.append(daemon)
-        return daemon, metrics
-
-    yield run
-    for daemon in running:
-        daemon.stop()
+        yield run
 
 
 def hold_a_core(kubelet: Kubelet, name: str = "rt") -> frozenset[int]:

@@ -14,7 +14,7 @@ import pytest
 from api.podresources.v1 import podresources_pb2 as pr
 from api.podresources.v1 import podresources_pb2_grpc as pr_grpc
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
-from deviceplugin.standin.podresources import RATE_BURST, TokenBucket
+from deviceplugin.standin.podresourcesserver import RATE_BURST, TokenBucket
 from tests.support.nicplugin import NIC_RESOURCE, NicPlugin
 
 VFS = {"vf0": 0, "vf1": 0, "vf2": 1, "vf3": 1}

@@ -26,6 +26,7 @@ from tests.support.daemon import (
     wait_registered,
 )
 from tests.support.nicplugin import ENV_NAME, NIC_RESOURCE, NicPlugin
+from tests.support.started import StopAfter
 
 DUMP = "hwloc-32intel64-2p8co2t+8ve"  # 2 NUMA nodes of 8 cores x 2 threads
 VFS_ON_NODE_1 = {"0000:81:00.2": 1, "0000:81:00.3": 1}
@@ -33,17 +34,11 @@ VFS_ON_NODE_1 = {"0000:81:00.2": 1, "0000:81:00.3": 1}
 
 @pytest.fixture
 def nic(plugin_dir: Path) -> Iterator[Callable[..., NicPlugin]]:
-    started: list[NicPlugin] = []
+    with StopAfter() as kept:
+        def start(vfs: dict[str, int | None] = VFS_ON_NODE_1, **options: object) -> NicPlugin:
+            return kept.start(NicPlugin(plugin_dir, vfs, **options))  # type: ignore[arg-type]
 
-    def start(vfs: dict[str, int | None] = VFS_ON_NODE_1, **options: object) -> NicPlugin:
-        plugin = NicPlugin(plugin_dir, vfs, **options)  # type: ignore[arg-type]
-        plugin.start()
-        started.append(plugin)
-        return plugin
-
-    yield start
-    for plugin in started:
-        plugin.stop()
+        yield start
 
 
 def node_kubelet(make_kubelet, policy: str) -> Kubelet:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,37 +16,36 @@ from deviceplugin.host.watchers import (
     PluginDirWatcher,
     cpu_watcher,
 )
+from tests.support.started import StopAfter
 from tests.support.topologies import fixture_copy, set_online
 
 
-def test_flipping_cpu_online_in_a_dump_copy_is_seen(tmp_path):
-    sysfs, _ = fixture_copy("cmk-xeon_d", tmp_path)
-    seen = threading.Event()
-    watcher = cpu_watcher(sysfs, seen.set)
-    watcher.start()
-    try:
-        set_online(sysfs, 5, False)
-        assert seen.wait(10)
-    finally:
-        watcher.stop()
-
-
-def test_reading_sysfs_files_does_not_wake_the_cpu_watcher(tmp_path):
+@pytest.fixture
+def watched_dump(tmp_path: Path) -> Iterator[tuple[Path, Path, threading.Event]]:
+    """A copy of CMK's Xeon D dump with the CPU watcher running on it: sysfs, procfs, the event it sets."""
     sysfs, procfs = fixture_copy("cmk-xeon_d", tmp_path)
+    seen = threading.Event()
+    with StopAfter() as kept:
+        kept.start(cpu_watcher(sysfs, seen.set))
+        yield sysfs, procfs, seen
+
+
+def test_flipping_cpu_online_in_a_dump_copy_is_seen(watched_dump):
+    sysfs, _, seen = watched_dump
+    set_online(sysfs, 5, False)
+    assert seen.wait(10)
+
+
+def test_reading_sysfs_files_does_not_wake_the_cpu_watcher(watched_dump):
     from deviceplugin.host.sysfs import discover
 
-    seen = threading.Event()
-    watcher = cpu_watcher(sysfs, seen.set)
-    watcher.start()
-    try:
-        discover(sysfs, procfs)  # the daemon re-reads after every event: it must not trigger itself
-        (sysfs / "devices/system/cpu/cpu5/online").write_text("1\n")
-        assert seen.wait(10)  # the marker write is seen...
-        seen.clear()
-        discover(sysfs, procfs)
-        assert not seen.wait(0.5)  # ...the reads are not
-    finally:
-        watcher.stop()
+    sysfs, procfs, seen = watched_dump
+    discover(sysfs, procfs)  # the daemon re-reads after every event: it must not trigger itself
+    (sysfs / "devices/system/cpu/cpu5/online").write_text("1\n")
+    assert seen.wait(10)  # the marker write is seen...
+    seen.clear()
+    discover(sysfs, procfs)
+    assert not seen.wait(0.5)  # ...the reads are not
 
 
 def test_plugin_dir_watcher_reports_kubelet_socket_and_deletions(tmp_path):
@@ -126,20 +126,14 @@ def test_kernel_cpu_uevents_reach_a_pod_network_namespace():
         child.wait()
 
 
-def test_a_cpu_folder_added_to_a_dump_copy_is_watched_from_then_on(tmp_path):
+def test_a_cpu_folder_added_to_a_dump_copy_is_watched_from_then_on(watched_dump):
     """Only cpu/ and the cpuN/ folders are watched (not topology/ or cache/): a CPU that appears later too."""
-    sysfs, _ = fixture_copy("cmk-xeon_d", tmp_path)
-    seen = threading.Event()
-    watcher = cpu_watcher(sysfs, seen.set)
-    watcher.start()
-    try:
-        (sysfs / "devices/system/cpu/cpu5/topology/core_id").write_text("5\n")
-        assert not seen.wait(0.5), "a topology file is no CPU going online or offline"
-        added = sysfs / "devices/system/cpu/cpu99"
-        added.mkdir()
-        assert seen.wait(10)
-        seen.clear()
-        (added / "online").write_text("0\n")
-        assert seen.wait(10)
-    finally:
-        watcher.stop()
+    sysfs, _, seen = watched_dump
+    (sysfs / "devices/system/cpu/cpu5/topology/core_id").write_text("5\n")
+    assert not seen.wait(0.5), "a topology file is no CPU going online or offline"
+    added = sysfs / "devices/system/cpu/cpu99"
+    added.mkdir()
+    assert seen.wait(10)
+    seen.clear()
+    (added / "online").write_text("0\n")
+    assert seen.wait(10)

@@ -25,6 +25,7 @@ from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.devices import core_device_ids
 from deviceplugin.model.plan import RESOURCE_NAMES, PlanOptions, Pool
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
+from tests.support.started import StopAfter
 from tests.support.topologies import FIXTURES, fixture_copy
 
 EXCLUSIVE, NON_ISOL = RESOURCE_NAMES[Pool.EXCLUSIVE], RESOURCE_NAMES[Pool.EXCLUSIVE_NON_ISOLCPUS]
@@ -66,18 +67,12 @@ def expected_nodes(name: str) -> dict[int, int]:
 @pytest.fixture
 def start_daemon(plugin_dir: Path) -> Iterator[Callable[..., Daemon]]:
     """``start_daemon(sysfs, procfs, **plan)``: an in-process daemon serving ``plugin_dir``, stopped after."""
-    started: list[Daemon] = []
+    with StopAfter() as kept:
+        def start(sysfs: Path, procfs: Path, **plan: object) -> Daemon:
+            return kept.start(Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
+                                                    install_dir=INSTALL_DIR, plan=PlanOptions(**plan))))
 
-    def start(sysfs: Path, procfs: Path, **plan: object) -> Daemon:
-        daemon = Daemon(DaemonSettings(kubelet_dir=plugin_dir, sysfs_root=sysfs, procfs_root=procfs,
-                                       install_dir=INSTALL_DIR, plan=PlanOptions(**plan)))
-        daemon.start()
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.stop()
+        yield start
 
 
 def wait_registered(kubelet: Kubelet, resources: set[str], count: int = 1) -> None:

@@ -14,6 +14,7 @@ from api.constants import API_VERSION, HEALTHY
 from api.v1beta1 import deviceplugin_pb2 as pb
 from api.v1beta1 import deviceplugin_pb2_grpc as pb_grpc
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
+from tests.support.started import StopAfter
 
 R = "example.com/cores"
 
@@ -160,16 +161,11 @@ class MiniPlugin(pb_grpc.DevicePluginServicer):
 @pytest.fixture
 def plugins(plugin_dir: Path) -> Iterator[Callable[..., MiniPlugin]]:
     """``plugins(**settings)``: a served (not yet registered) MiniPlugin, stopped after the test."""
-    made: list[MiniPlugin] = []
+    with StopAfter() as kept:
+        def make(**settings: object) -> MiniPlugin:
+            return kept.keep(MiniPlugin(plugin_dir, **settings).serve())  # type: ignore[arg-type]
 
-    def make(**settings: object) -> MiniPlugin:
-        plugin = MiniPlugin(plugin_dir, **settings).serve()  # type: ignore[arg-type]
-        made.append(plugin)
-        return plugin
-
-    yield make
-    for plugin in made:
-        plugin.stop()
+        yield make
 
 
 @pytest.fixture

@@ -22,6 +22,12 @@ def environ(pid: int) -> dict[str, str]:
     return dict(e.decode().partition("=")[::2] for e in entries if e)
 
 
+def pinning(pid: int) -> tuple[str, str, str]:
+    """What a pinned process shows: the CPUs it may run on, and the list and mask the pinner exported to it."""
+    env = environ(pid)
+    return status_field(pid, "Cpus_allowed_list"), env.get("CMK_CPUS_ASSIGNED", ""), env.get("CMK_CPUS_ASSIGNED_MASK", "")
+
+
 def stop(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.kill()

@@ -25,6 +25,10 @@ from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FieldDescriptor
 
 from api import constants
+from api.dra.v1 import api_pb2 as dra_pb2
+from api.dra.v1 import api_pb2_grpc as dra_pb2_grpc
+from api.pluginregistration.v1 import api_pb2 as registration_pb2
+from api.pluginregistration.v1 import api_pb2_grpc as registration_pb2_grpc
 from api.podresources.v1 import podresources_pb2, podresources_pb2_grpc
 from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc
 
@@ -102,6 +106,19 @@ def test_check_blames_a_grpcio_tools_version_mismatch_instead_of_asking_to_regen
     assert "run `python -m api.generate`" not in result.stderr
 
 
+def test_check_names_a_kubelet_proto_edited_by_hand(repo_copy: Path) -> None:
+    """The DRA protos are the kubelet's files unchanged: an edit, even one that regenerates cleanly, fails."""
+    proto = repo_copy / "api/dra/v1/api.proto"
+    proto.write_text(proto.read_text().replace("// The pool which contains the device. Required.", "// The pool."))
+
+    assert run_generate(repo_copy).returncode == 0  # stubs follow the edit...
+    result = run_generate(repo_copy, "--check")
+
+    assert result.returncode == 1  # ...but the proto is no longer upstream's
+    assert "api/dra/v1/api.proto: differs from k8s.io/kubelet@v0.36.3/pkg/apis/dra/v1/api.proto" in result.stderr
+    assert "run `python -m api.generate`" not in result.stderr
+
+
 def test_generate_repairs_what_check_reports(repo_copy: Path) -> None:
     stub = repo_copy / "api/v1beta1/deviceplugin_pb2_grpc.py"
     original = stub.read_bytes()
@@ -115,17 +132,29 @@ def test_generate_repairs_what_check_reports(repo_copy: Path) -> None:
     assert run_generate(repo_copy, "--check").returncode == 0
 
 
-def test_both_apis_import_together_in_a_fresh_interpreter() -> None:
-    """Both define TopologyInfo, NUMANode and CDIDevice: the packages must keep them apart."""
+def test_all_apis_import_together_in_a_fresh_interpreter() -> None:
+    """Shared names (TopologyInfo, Device, the Registration service) must stay apart in their packages."""
     code = (
         "from api.v1beta1 import deviceplugin_pb2, deviceplugin_pb2_grpc\n"
         "from api.podresources.v1 import podresources_pb2, podresources_pb2_grpc\n"
+        "from api.pluginregistration.v1 import api_pb2 as reg, api_pb2_grpc as reg_grpc\n"
+        "from api.dra.v1 import api_pb2 as dra, api_pb2_grpc as dra_grpc\n"
         "print(deviceplugin_pb2.TopologyInfo.DESCRIPTOR.full_name,\n"
-        "      podresources_pb2.TopologyInfo.DESCRIPTOR.full_name)\n"
+        "      podresources_pb2.TopologyInfo.DESCRIPTOR.full_name,\n"
+        "      deviceplugin_pb2.Device.DESCRIPTOR.full_name, dra.Device.DESCRIPTOR.full_name,\n"
+        "      deviceplugin_pb2.DESCRIPTOR.services_by_name['Registration'].full_name,\n"
+        "      reg.DESCRIPTOR.services_by_name['Registration'].full_name)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["v1beta1.TopologyInfo", "v1.TopologyInfo"]
+    assert result.stdout.split() == [
+        "v1beta1.TopologyInfo",
+        "v1.TopologyInfo",
+        "v1beta1.Device",
+        "k8s.io.kubelet.pkg.apis.dra.v1.Device",
+        "v1beta1.Registration",
+        "pluginregistration.Registration",
+    ]
 
 
 # --- descriptors against the contract table --------------------------------------------
@@ -199,6 +228,36 @@ POD_RESOURCES_FIELDS = {
     "NUMANode": [("ID", 1, "int64")],
 }
 
+# The plugin watcher's registration (pluginregistration v1) and the DRA plugin service (dra v1), every field.
+PLUGIN_REGISTRATION_MESSAGES = {
+    "PluginInfo": [
+        ("type", 1, "string"),
+        ("name", 2, "string"),
+        ("endpoint", 3, "string"),
+        ("supported_versions", 4, "repeated string"),
+    ],
+    "RegistrationStatus": [("plugin_registered", 1, "bool"), ("error", 2, "string")],
+    "RegistrationStatusResponse": [],
+    "InfoRequest": [],
+}
+
+DRA_MESSAGES = {
+    "NodePrepareResourcesRequest": [("claims", 1, "repeated Claim")],
+    "NodePrepareResourcesResponse": [("claims", 1, "map<string,NodePrepareResourceResponse>")],
+    "NodePrepareResourceResponse": [("devices", 1, "repeated Device"), ("error", 2, "string")],
+    "Device": [
+        ("request_names", 1, "repeated string"),
+        ("pool_name", 2, "string"),
+        ("device_name", 3, "string"),
+        ("cdi_device_ids", 4, "repeated string"),
+        ("share_id", 5, "optional string"),
+    ],
+    "NodeUnprepareResourcesRequest": [("claims", 1, "repeated Claim")],
+    "NodeUnprepareResourcesResponse": [("claims", 1, "map<string,NodeUnprepareResourceResponse>")],
+    "NodeUnprepareResourceResponse": [("error", 1, "string")],
+    "Claim": [("namespace", 1, "string"), ("uid", 2, "string"), ("name", 3, "string")],
+}
+
 CONTRACT_METHODS = {
     "/v1beta1.Registration/Register": (False, False),
     "/v1beta1.DevicePlugin/GetDevicePluginOptions": (False, False),
@@ -209,6 +268,10 @@ CONTRACT_METHODS = {
     "/v1.PodResourcesLister/List": (False, False),
     "/v1.PodResourcesLister/GetAllocatableResources": (False, False),
     "/v1.PodResourcesLister/Get": (False, False),
+    "/pluginregistration.Registration/GetInfo": (False, False),
+    "/pluginregistration.Registration/NotifyRegistrationStatus": (False, False),
+    "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources": (False, False),
+    "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources": (False, False),
 }
 
 _SCALARS = {
@@ -231,14 +294,25 @@ def contract_type(field: FieldDescriptor) -> str:
     if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
         key, value = field.message_type.fields_by_name["key"], field.message_type.fields_by_name["value"]
         return f"map<{_type_name(key)},{_type_name(value)}>"
-    return f"repeated {_type_name(field)}" if field.is_repeated else _type_name(field)
+    if field.is_repeated:
+        return f"repeated {_type_name(field)}"
+    synthetic = field.containing_oneof is not None and field.containing_oneof.name == f"_{field.name}"
+    return f"optional {_type_name(field)}" if synthetic else _type_name(field)
 
 
 def fields_of(module, message: str) -> list[tuple[str, int, str]]:
     return [(f.name, f.number, contract_type(f)) for f in module.DESCRIPTOR.message_types_by_name[message].fields]
 
 
-@pytest.mark.parametrize(("module", "package"), [(deviceplugin_pb2, "v1beta1"), (podresources_pb2, "v1")])
+@pytest.mark.parametrize(
+    ("module", "package"),
+    [
+        (deviceplugin_pb2, "v1beta1"),
+        (podresources_pb2, "v1"),
+        (registration_pb2, "pluginregistration"),
+        (dra_pb2, "k8s.io.kubelet.pkg.apis.dra.v1"),
+    ],
+)
 def test_files_are_proto3_in_the_kubelet_packages(module, package: str) -> None:
     file_proto = descriptor_pb2.FileDescriptorProto()
     module.DESCRIPTOR.CopyToProto(file_proto)
@@ -260,10 +334,23 @@ def test_pod_resources_message_fields_match_the_contract(message: str, expected:
     assert [field for field in actual if field[0] in {name for name, _, _ in expected}] == expected
 
 
+@pytest.mark.parametrize(
+    ("module", "messages"), [(registration_pb2, PLUGIN_REGISTRATION_MESSAGES), (dra_pb2, DRA_MESSAGES)]
+)
+def test_kubelet_plugin_apis_define_exactly_the_contract_messages_and_fields(module, messages: dict) -> None:
+    assert {name: fields_of(module, name) for name in module.DESCRIPTOR.message_types_by_name} == messages
+
+
+def test_dra_service_is_the_one_the_kubelet_lists_as_v1_dra_plugin() -> None:
+    """The kubelet picks the service by the string ``v1.DRAPlugin`` a plugin lists in supported_versions."""
+    [service] = dra_pb2.DESCRIPTOR.services_by_name.values()
+    assert service.full_name.endswith(".v1.DRAPlugin")
+
+
 def test_services_have_exactly_the_contract_methods_and_streaming_flags() -> None:
     found = {
         f"/{service.full_name}/{method.name}": (method.client_streaming, method.server_streaming)
-        for module in (deviceplugin_pb2, podresources_pb2)
+        for module in (deviceplugin_pb2, podresources_pb2, registration_pb2, dra_pb2)
         for service in module.DESCRIPTOR.services_by_name.values()
         for method in service.methods
     }
@@ -301,6 +388,8 @@ def test_generated_stubs_and_servicers_use_the_contract_paths(socket_path: str) 
     podresources_pb2_grpc.add_PodResourcesListerServicer_to_server(
         podresources_pb2_grpc.PodResourcesListerServicer(), server
     )
+    registration_pb2_grpc.add_RegistrationServicer_to_server(registration_pb2_grpc.RegistrationServicer(), server)
+    dra_pb2_grpc.add_DRAPluginServicer_to_server(dra_pb2_grpc.DRAPluginServicer(), server)
     server.add_insecure_port(f"unix://{socket_path}")
     server.start()
     try:
@@ -308,6 +397,8 @@ def test_generated_stubs_and_servicers_use_the_contract_paths(socket_path: str) 
             registration = deviceplugin_pb2_grpc.RegistrationStub(channel)
             plugin = deviceplugin_pb2_grpc.DevicePluginStub(channel)
             lister = podresources_pb2_grpc.PodResourcesListerStub(channel)
+            watcher_side = registration_pb2_grpc.RegistrationStub(channel)
+            dra = dra_pb2_grpc.DRAPluginStub(channel)
             calls = [
                 lambda: registration.Register(deviceplugin_pb2.RegisterRequest()),
                 lambda: plugin.GetDevicePluginOptions(deviceplugin_pb2.Empty()),
@@ -318,6 +409,10 @@ def test_generated_stubs_and_servicers_use_the_contract_paths(socket_path: str) 
                 lambda: lister.List(podresources_pb2.ListPodResourcesRequest()),
                 lambda: lister.GetAllocatableResources(podresources_pb2.AllocatableResourcesRequest()),
                 lambda: lister.Get(podresources_pb2.GetPodResourcesRequest()),
+                lambda: watcher_side.GetInfo(registration_pb2.InfoRequest()),
+                lambda: watcher_side.NotifyRegistrationStatus(registration_pb2.RegistrationStatus()),
+                lambda: dra.NodePrepareResources(dra_pb2.NodePrepareResourcesRequest()),
+                lambda: dra.NodeUnprepareResources(dra_pb2.NodeUnprepareResourcesRequest()),
             ]
             for call in calls:
                 with pytest.raises(grpc.RpcError) as failure:
@@ -425,6 +520,32 @@ def test_allocate_response_maps_and_cdi_devices_encode_at_the_contract_numbers()
     assert [(number, wire_type) for number, wire_type, _ in fields] == [(1, LEN), (4, LEN), (5, LEN)]
     assert raw_fields(fields[0][2]) == [(1, LEN, b"CMK_CPUS"), (2, LEN, b"2-3")]
     assert raw_fields(fields[2][2]) == [(1, LEN, b"intel.com/cmk=exclusive")]
+
+
+def test_plugin_info_encodes_type_name_endpoint_and_versions_at_the_upstream_numbers() -> None:
+    info = registration_pb2.PluginInfo(
+        type="DRAPlugin", name="cpu.cmk.intel.com", endpoint="/p/dra.sock", supported_versions=["v1.DRAPlugin"]
+    )
+    assert raw_fields(info.SerializeToString()) == [
+        (1, LEN, b"DRAPlugin"),
+        (2, LEN, b"cpu.cmk.intel.com"),
+        (3, LEN, b"/p/dra.sock"),
+        (4, LEN, b"v1.DRAPlugin"),
+    ]
+
+
+def test_prepare_response_keys_claims_by_uid_and_encodes_cdi_ids_at_field_4() -> None:
+    device = dra_pb2.Device(pool_name="node-a", device_name="core-3", cdi_device_ids=["cmk.intel.com/cpu=x"])
+    response = dra_pb2.NodePrepareResourcesResponse(
+        claims={"uid-1": dra_pb2.NodePrepareResourceResponse(devices=[device])}
+    )
+    [(number, wire_type, entry)] = raw_fields(response.SerializeToString())
+    assert (number, wire_type) == (1, LEN)
+    key, value = raw_fields(entry)
+    assert key == (1, LEN, b"uid-1")
+    [(_, _, encoded_device)] = raw_fields(value[2])
+    assert raw_fields(encoded_device) == [(2, LEN, b"node-a"), (3, LEN, b"core-3"), (4, LEN, b"cmk.intel.com/cpu=x")]
+    assert not device.HasField("share_id")  # optional: absent stays absent on the wire
 
 
 def test_pod_resources_from_a_newer_kubelet_decode_despite_unknown_fields() -> None:

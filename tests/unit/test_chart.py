@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.support.manifests import DEPLOY, ROOT, VERSIONS, objects, render
+from tests.support.promtool import promtool
 
 CHART = ROOT / "charts" / "cmk-deviceplugin"
 NAMESPACE = "cmk-system"
@@ -133,25 +134,6 @@ def test_the_config_value_is_the_daemons_config_and_a_change_renames_its_configm
                                                          "num-exclusive-cores": 2}
 
 
-def test_per_node_sections_in_the_config_value_give_each_node_its_own_plan(tmp_path: Path) -> None:
-    """docs/user/node-groups.md's default:/nodes: through Helm values: the chart's other config keys go under
-    default:, and the daemon's own reader picks each node's section from the ConfigMap."""
-    from deviceplugin.cli.configfile import read_config
-
-    docs = template('config.nodes=[{"names": ["edge-*"], "config": {"num-exclusive-cores": 2}}]',
-                    'config.default={"shared-slots": 40}')
-    (cm,) = [d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in d["data"]]
-    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
-    assert yaml.safe_load(cm["data"]["config.yaml"]) == {
-        "default": {**defaults, "shared-slots": 40},
-        "nodes": [{"names": ["edge-*"], "config": {"num-exclusive-cores": 2}}]}
-    path = tmp_path / "config.yaml"
-    path.write_text(cm["data"]["config.yaml"])
-    edge, other = read_config(path, "edge-1"), read_config(path, "core-1")
-    assert (edge.section, edge.values["num_exclusive_cores"], edge.values["shared_slots"]) == ("nodes[0]", 2, 40)
-    assert (other.section, "num_exclusive_cores" in other.values, other.values["shared_slots"]) == ("default", False, 40)
-
-
 def test_scheduling_image_and_resources_values_reach_the_daemonset() -> None:
     docs = template('image={"repository": "registry.example/cmk", "tag": "9.9.9", "pullPolicy": "Always"}',
                     'tolerations=[{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]',
@@ -176,19 +158,46 @@ def test_scheduling_image_and_resources_values_reach_the_daemonset() -> None:
     assert install["resources"] == base_pod["initContainers"][0]["resources"]
 
 
-def test_the_monitoring_switches_render_the_rule_files_as_they_are_and_a_pod_monitor() -> None:
+def test_the_monitoring_switches_render_the_rule_files_as_they_are_and_the_components_pod_monitor() -> None:
     docs = by_key(template("monitoring.podMonitor.enabled=true", "monitoring.prometheusRule.enabled=true"))
     rule = docs[("PrometheusRule", "cmk-deviceplugin")]
     files = sorted((DEPLOY / "prometheus").glob("*-rules.yaml"))
     assert files and rule["spec"]["groups"] == [g for f in files for g in yaml.safe_load(f.read_text())["groups"]]
+    # one PodMonitor, deploy/components/monitoring's: the chart's is that file, narrowed to its node group
+    (component,) = [o for o in objects("PodMonitor", "components/monitoring")]
     monitor = docs[("PodMonitor", "cmk-deviceplugin")]["spec"]
+    component["spec"]["selector"]["matchLabels"]["cmk.intel.com/node-group"] = "default"
+    component["spec"]["podMetricsEndpoints"][0]["interval"] = "30s"
+    assert monitor == component["spec"]
     (ds,) = objects("DaemonSet", "base")
     assert monitor["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
-    # the rules' job="cmk-deviceplugin": the pods' label named by jobLabel
-    assert ds["spec"]["template"]["metadata"]["labels"][monitor["jobLabel"]] == "cmk-deviceplugin"
-    (endpoint,) = monitor["podMetricsEndpoints"]
-    assert endpoint["port"] == "metrics"
     assert not {k for k in by_key(template()) if k[0] in ("PodMonitor", "PrometheusRule")}, "off by default"
+
+
+def test_the_dashboard_switch_renders_the_components_dashboard_for_grafanas_sidecar() -> None:
+    docs = by_key(template("monitoring.dashboard.enabled=true", 'monitoring.dashboard.labels={"release": "kps"}'))
+    configmap = docs[("ConfigMap", "cmk-deviceplugin-dashboard")]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["labels"]["release"] == "kps"
+    shipped = DEPLOY / "components/monitoring/dashboard.json"
+    assert json.loads(configmap["data"]["cmk-deviceplugin.json"]) == json.loads(shipped.read_text())
+    assert ("ConfigMap", "cmk-deviceplugin-dashboard") not in by_key(template())
+
+
+def test_the_runbook_base_points_every_alert_at_its_section_and_promtool_loads_the_result(tmp_path) -> None:
+    base = "https://docs.example.com/cmk/alerts.html"
+    docs = by_key(template("monitoring.prometheusRule.enabled=true",
+                           f'monitoring.prometheusRule.runbookBaseURL="{base}"'))
+    groups = docs[("PrometheusRule", "cmk-deviceplugin")]["spec"]["groups"]
+    alerts = [rule for group in groups for rule in group["rules"] if "alert" in rule]
+    sections = {line[3:].strip().lower() for line in (ROOT / "docs/user/alerts.md").read_text().splitlines()
+                if line.startswith("## ")}
+    assert alerts and {a["annotations"]["runbook_url"] for a in alerts} == {f"{base}#{a['alert'].lower()}" for a in alerts}
+    assert {a["alert"].lower() for a in alerts} <= sections
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    checked = promtool("check", "rules", "rules.yaml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert helm("template", "x", str(CHART), "--set", "monitoring.prometheusRule.runbookBaseURL=docs").returncode != 0
 
 
 def test_the_network_policy_scraper_is_a_setting() -> None:
@@ -232,3 +241,63 @@ def test_the_schema_knows_every_config_key_but_the_paths_the_daemonset_sets() ->
     set_by_args = {arg.split("=", 1)[0].removeprefix("--") for arg in daemon["args"] if arg.startswith("--")}
     roots = {"sysfs-root", "procfs-root"}  # the container's own /sys and /proc, as the DaemonSet says
     assert set(schema["properties"]) == set(FILE_KEYS) - set_by_args - roots | {"default", "nodes"}
+    assert set(schema["definitions"]["keys"]["properties"]) == set(FILE_KEYS) - set_by_args - roots
+
+
+#: docs/user/node-groups.md's example, as a release's values file: a default and per-node sections
+PER_NODE_VALUES = """\
+config:
+  default:
+    shared-slots: 100
+  nodes:
+    - names: [edge-1, edge-2]
+      config:
+        num-exclusive-cores: 2
+    - nameRegex: 'big-[0-9]+'
+      config:
+        num-exclusive-cores: 16
+        exclusive-mode: spread
+        irq-steering: [exclusive]
+"""
+
+
+def values_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "values.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_per_node_config_sections_pass_lint_and_render_a_config_each_node_reads_its_section_of(tmp_path: Path) -> None:
+    from deviceplugin.cli.configfile import parse_config, select_section
+
+    values = values_file(tmp_path, PER_NODE_VALUES)
+    lint = helm("lint", "--strict", str(CHART), "--values", values)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    result = helm("template", "cmk-deviceplugin", str(CHART), "--namespace", NAMESPACE, "--values", values)
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and "config.yaml" in d.get("data", {})]
+    written = yaml.safe_load(config["data"]["config.yaml"])
+    # the chart's flat defaults joined default:, under the release's own (the daemon refuses keys beside it)
+    assert set(written) == {"default", "nodes"} and written["default"]["shared-slots"] == 100
+    taken = {node: select_section(written, node, "config.yaml") for node in ("edge-2", "big-7", "other")}
+    assert {node: section for node, (_, section) in taken.items()} == {
+        "edge-2": "nodes[0]", "big-7": "nodes[1]", "other": "default"}
+    big = parse_config(taken["big-7"][0], "config.yaml")
+    assert (big["num_exclusive_cores"], str(big["exclusive_mode"]), big["shared_slots"]) == (16, "spread", 100)
+    # a node section that steers IRQs gets the daemon the host's /proc/irq, as a flat key does
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    (daemon,) = [c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "daemon"]
+    assert "--irq-dir=/host/proc/irq" in daemon["args"]
+
+
+@pytest.mark.parametrize(("values", "complaint"), [
+    ("config:\n  nodes:\n    - names: [edge-1]\n      config:\n        num-exclusive-core: 2\n",
+     "num-exclusive-core"),
+    ("config:\n  default:\n    shared-slots: 0\n", "/config/default/shared-slots"),
+    ("config:\n  nodes:\n    - names: [edge-1]\n      nameRegex: edge-.*\n", "/config/nodes/0"),
+    ("config:\n  nodes:\n    - config: {}\n", "/config/nodes/0"),
+])
+def test_the_schema_refuses_a_bad_per_node_section_naming_where(tmp_path: Path, values: str, complaint: str) -> None:
+    result = helm("template", "x", str(CHART), "--values", values_file(tmp_path, values))
+    assert result.returncode != 0 and complaint in result.stderr, result.stderr

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from deviceplugin.cli.commands import SUBCOMMANDS, build_parser
+from tests.support.commands import cmk
 
 PROBE = """
 import sys
@@ -44,3 +45,25 @@ def test_a_flag_of_another_subcommand_is_refused_by_the_chosen_ones_parser(capsy
         run(["device-plugin", "--usage-window", "0"])
     assert raised.value.code == 2
     assert "unrecognized arguments: --usage-window" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["describe", "--num-exclusive", "3"],
+    ["device-plugin", "--kubelet", "/tmp/x"],
+    ["host-config", "--reserved", "2"],
+    ["demo", "--num-exc=2"],
+])
+def test_an_abbreviated_flag_is_refused_against_the_subcommands_usage(argv: list[str]) -> None:
+    """``--num-exclusive 3`` is not ``--num-exclusive-cores 3``: a flag added later would change what it meant."""
+    result = cmk(*argv)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"cmk {argv[0]}: error: unrecognized arguments: {argv[1]}"), result.stderr
+    assert result.stderr.endswith(f"(see 'cmk {argv[0]} --help')\n"), result.stderr
+
+
+def test_an_unknown_flag_names_the_subcommands_usage_and_one_before_it_the_top_level() -> None:
+    result = cmk("describe", "--bogus")
+    assert (result.returncode, result.stderr) == (
+        2, "cmk describe: error: unrecognized arguments: --bogus (see 'cmk describe --help')\n")
+    result = cmk("--bogus", "describe")
+    assert result.returncode == 2 and "(see 'cmk --help')" in result.stderr, result.stderr

@@ -79,8 +79,8 @@ def _unreadable_cmdline(tmp_path: Path) -> list[str]:
      "asked for 4 exclusive + 1 shared cores, but only 4 whole cores are isolated"),
     (["--exclusive-mode", "tight"], 2, "argument --exclusive-mode: invalid Mode value: 'tight'"),
     (["--output", "xml"], 2, "argument --output/-o: invalid choice: 'xml'"),
-    (["--usage-window", "-1"], 2, "argument --usage-window: '-1' is not a number of seconds from 0 to 60"),
-    (["--usage-window", "soon"], 2, "argument --usage-window: 'soon' is not a number of seconds from 0 to 60"),
+    (["--usage-window", "-1"], 2, "argument --usage-window: expected seconds from 0 to 60 in ASCII digits (e.g. 2 or 0.5), got '-1'"),
+    (["--usage-window", "soon"], 2, "argument --usage-window: expected seconds from 0 to 60 in ASCII digits (e.g. 2 or 0.5), got 'soon'"),
 ])
 def test_bad_flags_are_one_line_and_nonzero(args, status, message):
     result = cmk("describe", *XEON_D, *args)
@@ -88,6 +88,16 @@ def test_bad_flags_are_one_line_and_nonzero(args, status, message):
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_a_plan_error_names_the_config_key_when_the_value_came_from_the_file(tmp_path):
+    """The plan names a setting; the edge says it as the user gave it: the file's key here, not a flag."""
+    config = tmp_path / "config.yaml"
+    config.write_text("excl-non-isolcpus: 99\n")
+    result = cmk("describe", *XEON_D, "--config", str(config))
+    assert result.returncode == 1
+    assert result.stderr == (f"cmk describe: error: {config}: key 'excl-non-isolcpus' names CPU 99, which does not "
+                             "exist (CPUs: 0-15)\n")
 
 
 def test_missing_sysfs_root_is_one_line(tmp_path):
@@ -138,13 +148,16 @@ def test_describe_usage_on_this_machine_covers_every_online_cpu_once():
     assert window is not None and float(window.group(1)) >= 0.2, table
 
 
-def test_describe_without_procfs_counters_says_so_in_one_line_and_window_0_leaves_usage_out():
-    as_json = json.loads(cmk("describe", *XEON_D, "-o", "json").stdout)
-    stat = FIXTURES / "cmk-xeon_d/proc/stat"
-    reason = f"cannot read {stat}: No such file or directory (is --procfs-root a procfs?)"
+def test_describe_without_procfs_counters_says_so_in_one_line_and_window_0_leaves_usage_out(tmp_path):
+    procfs = tmp_path / "proc"  # this host's sysfs, a procfs with the kernel line but no counters
+    procfs.mkdir()
+    (procfs / "cmdline").write_bytes(Path("/proc/cmdline").read_bytes())
+    roots = ["--procfs-root", str(procfs)]
+    as_json = json.loads(cmk("describe", *roots, "-o", "json").stdout)
+    reason = f"cannot read {procfs / 'stat'}: No such file or directory (is --procfs-root a procfs?)"
     assert as_json["usage"] == {"available": False, "reason": reason}
-    assert f"usage unavailable: {reason}" in cmk("describe", *XEON_D).stdout.splitlines()
-    assert "usage" not in json.loads(cmk("describe", *XEON_D, "-o", "json", "--usage-window", "0").stdout)
+    assert f"usage unavailable: {reason}" in cmk("describe", *roots).stdout.splitlines()
+    assert "usage" not in json.loads(cmk("describe", *roots, "-o", "json", "--usage-window", "0").stdout)
 
 
 def test_describe_shows_the_config_section_and_generation_this_node_takes(tmp_path, monkeypatch):
@@ -162,8 +175,10 @@ def test_describe_shows_the_config_section_and_generation_this_node_takes(tmp_pa
     assert generation not in table
 
 
-def test_describe_on_a_dump_without_its_procfs_leaves_this_hosts_counters_out_of_usage():
+def test_describe_on_a_dump_samples_no_counters_neither_this_hosts_nor_the_dumps_frozen_ones():
+    """README's first showcase: a dump's usage is one plain line, not a missing file nor this host's counters."""
     sysfs = FIXTURES / "cmk-xeon_d/sys"
-    data = json.loads(cmk("describe", "--sysfs-root", str(sysfs), "-o", "json", "--usage-window", "0.1").stdout)
-    assert data["usage"] == {"available": False, "reason": f"{sysfs} is a dump and /proc is this host's procfs "
-                                                           "(give the dump's --procfs-root)"}
+    reason = f"{sysfs} is a dump, not this host (CPU usage is sampled on a live host only)"
+    for procfs in ([], ["--procfs-root", str(FIXTURES / "cmk-xeon_d/proc")]):
+        data = json.loads(cmk("describe", "--sysfs-root", str(sysfs), *procfs, "-o", "json").stdout)
+        assert data["usage"] == {"available": False, "reason": reason}

@@ -31,3 +31,22 @@ def test_a_key_in_the_file_gives_the_value_the_flag_gives_on_the_command_line():
         argv = [f"--{'no-' if text == 'false' else ''}{key}"] if flag.switch else [f"--{key}", text]
         given = getattr(build_parser().parse_args(["device-plugin", *argv]), flag.dest)
         assert parse_config({key: yaml.safe_load(text)}, "f") == {flag.dest: given}, key
+
+
+def test_the_daemon_settings_defaults_are_the_flags_defaults():
+    """``DaemonSettings`` is built from the flags; its own defaults (for tests and the demo) must not drift."""
+    from dataclasses import MISSING, fields
+    from pathlib import Path
+
+    from deviceplugin.daemon.settings import DaemonSettings
+    from deviceplugin.model.plan import PlanOptions
+
+    flags = {flag.dest: flag for group in DAEMON_FLAGS for flag in group.flags}
+    # None is "off" there (cdi_dir without --cdi, pod_resources_socket unread), not a flag's default
+    shared = {f.name: f.default for f in fields(DaemonSettings)
+              if f.name in flags and f.default not in (MISSING, None)}
+    assert {"kubelet_dir", "sysfs_root", "procfs_root", "install_dir", "irq_dir", "irq_steering",
+            "unthrottle_exclusive"} <= set(shared)
+    for name, default in shared.items():
+        assert default == flags[name].default or Path(str(default)) == Path(str(flags[name].default)), name
+    assert DaemonSettings().plan == PlanOptions()

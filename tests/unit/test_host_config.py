@@ -16,14 +16,17 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.errors import CmkError
+from deviceplugin.host.sysfs import discover
 from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.model.hostsettings import (
     HostOptions,
     NodeCgroups,
     host_config,
     host_config_data,
+    host_config_disagreement,
     render_text,
 )
+from deviceplugin.model.node import plan_node
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.model.topology import build_topology
 from tests.support.commands import ROOT, cmk
@@ -101,11 +104,11 @@ def test_the_second_walls_seccomp_default_and_an_optional_user_namespace_sysctl(
     assert text.index("## Optional: no user namespaces") < text.index("user.max_user_namespaces = 0")
 
 
-@pytest.mark.parametrize(("cores", "message"), [(0, "must be 1 or more"), (6, "exceeds the 5 infra cores")])
-def test_impossible_reservation_is_an_error_naming_the_fix(cores, message):
-    with pytest.raises(CmkError, match=message):
+def test_impossible_reservation_is_an_error_naming_the_fix_and_the_setting_not_a_flag():
+    with pytest.raises(CmkError, match="^reserved-cores 6 exceeds the 5 infra cores") as raised:
         host_config(build_topology(SMT8), PlanOptions(num_exclusive_cores=2, num_shared_cores=1),
-                    HostOptions(reserved_cores=cores))
+                    HostOptions(reserved_cores=6))
+    assert raised.value.named(lambda dest: "--" + dest.replace("_", "-")).startswith("--reserved-cores 6 exceeds")
 
 
 def test_dropins_keep_host_services_on_infra_only():
@@ -272,16 +275,19 @@ def test_host_config_plans_from_the_daemons_config_file(tmp_path):
     assert json.loads(flag_wins.stdout)["pools"]["exclusive"] == "1,9"
 
 
-def test_describe_on_the_shipped_example_says_it_plans_other_cpus_than_host_config():
+def test_describe_on_the_shipped_example_flags_that_it_plans_other_cpus_than_host_config():
     """README's Verify step: describe and host-config agree once booted with host-config's line; the shipped
-    xeon_d example is booted with isolcpus=0-3,8-11 (core 0 isolated), so describe must say they differ."""
+    xeon_d example is booted with isolcpus=0-3,8-11 (core 0 isolated), so they differ. On a node describe says
+    so in a note; on a dump, which no reader reboots, only the JSON's flag does (README's first output reads clean)."""
     example = ROOT / "examples" / "cmk-xeon_d"
     flags = roots(example / "sys", example / "proc")
     config = json.loads(cmk("host-config", "-o", "json", *flags).stdout)
     data = json.loads(cmk("describe", "-o", "json", "--usage-window", "0", *flags).stdout)
     described = {pool["pool"]: pool["cpus"] for pool in data["plan"]["pools"]}
     assert described != config["pools"] and data["plan"]["host_config_agrees"] is False
-    (note,) = [note for note in data["plan"]["notes"] if "cmk host-config" in note]
+    assert not any("cmk host-config" in note for note in data["plan"]["notes"])
+    node = plan_node(discover(example / "sys", example / "proc"), PlanOptions())
+    (note,) = host_config_disagreement(node, PlanOptions())
     assert f"host-config's line is {config['kernel_cmdline'][0]};" in note
     assert "booted with isolcpus=0-3,8-11" in note
     assert all(f"{pool} {cpus}" in note for pool, cpus in config["pools"].items() if cpus)

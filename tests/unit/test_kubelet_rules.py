@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from deviceplugin.standin.answers import ContainerAnswer, Mount, merge_answers
 from deviceplugin.standin.nodedevices import Device, NodeDevices
 from deviceplugin.standin.pods import (
     AdmissionError,
@@ -14,6 +13,7 @@ from deviceplugin.standin.pods import (
     PodSpec,
     choose_devices,
 )
+from deviceplugin.standin.runoptions import ContainerAnswer, Mount, merge_answers
 
 R = "example.com/cores"
 

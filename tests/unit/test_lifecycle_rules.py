@@ -10,8 +10,7 @@ import pytest
 
 from deviceplugin.errors import CmkError
 from deviceplugin.host import lastgood
-from deviceplugin.model.plan import Mode, PlanOptions
-from deviceplugin.standin.answers import ContainerAnswer, Mount
+from deviceplugin.model.plan import Mode, PlanOptions, SlotScope
 from deviceplugin.standin.cdiresolve import unresolvable
 from deviceplugin.standin.lifecycle import (
     VERSIONS,
@@ -19,6 +18,7 @@ from deviceplugin.standin.lifecycle import (
     readmission_error,
     replay,
 )
+from deviceplugin.standin.runoptions import ContainerAnswer, Mount
 
 
 @pytest.mark.parametrize(("version", "on"), [("1.28", False), ("1.29", True), ("1.31", True), ("1.36", True)])
@@ -70,4 +70,45 @@ def test_the_last_good_plan_round_trips_and_a_broken_file_is_none(tmp_path: Path
     lastgood.save(tmp_path, options)
     assert lastgood.load(tmp_path) == options
     lastgood.path_in(tmp_path).write_text('{"plan": {"num_exclusive_cores": 3')
+    assert lastgood.load(tmp_path) is None
+
+
+#: ``cmk-last-good-plan.json`` as the release before the settings table wrote it (``lastgood.to_json``).
+WRITTEN_BEFORE = """{
+  "plan": {
+    "excl_non_isolcpus": [
+      4,
+      5
+    ],
+    "exclusive_mode": "spread",
+    "infra_slots": 110,
+    "num_exclusive_cores": 3,
+    "num_shared_cores": null,
+    "shared_mode": "packed",
+    "shared_slots": 7,
+    "slot_scope": "pool"
+  }
+}
+"""
+
+
+def test_a_last_good_plan_an_earlier_release_wrote_loads_typed_and_is_written_the_same(tmp_path: Path):
+    lastgood.path_in(tmp_path).write_text(WRITTEN_BEFORE)
+    options = lastgood.load(tmp_path)
+    assert options == PlanOptions(num_exclusive_cores=3, exclusive_mode=Mode.SPREAD,
+                                  excl_non_isolcpus=frozenset({4, 5}), shared_slots=7)
+    # typed, not the JSON string: the plan tells scopes apart by identity, and "pool" is not SlotScope.POOL
+    assert options is not None and options.slot_scope is SlotScope.POOL and options.exclusive_mode is Mode.SPREAD
+    # and written back the same (a setting added later adds its key; every earlier one stays as it was)
+    assert json.loads(lastgood.to_json(options))["plan"].items() >= json.loads(WRITTEN_BEFORE)["plan"].items()
+
+
+def test_a_last_good_file_missing_a_newer_setting_takes_its_default_and_one_out_of_bounds_is_none(tmp_path: Path):
+    written = json.loads(WRITTEN_BEFORE)
+    del written["plan"]["slot_scope"]  # as a release before --slot-scope wrote it
+    lastgood.path_in(tmp_path).write_text(json.dumps(written))
+    loaded = lastgood.load(tmp_path)
+    assert loaded is not None and loaded.slot_scope is SlotScope.POOL
+    written["plan"]["shared_slots"] = 0  # checked against the declaration, as a flag and a key are
+    lastgood.path_in(tmp_path).write_text(json.dumps(written))
     assert lastgood.load(tmp_path) is None

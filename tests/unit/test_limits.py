@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deviceplugin.cli.safeyaml import MAX_DEPTH, YamlProblem, load_yaml
-from deviceplugin.host.install import (
+from deviceplugin.host.installedpinner import (
     DEFAULT_INSTALL_DIR,
     SYSTEM_DIRS,
     SYSTEM_TREES,

@@ -143,3 +143,10 @@ def test_the_scraper_is_one_setting_the_documented_patch_changes(kustomization: 
     assert policy["spec"]["podSelector"] == default["spec"]["podSelector"]
     assert [obj for obj in objects if obj["kind"] != "NetworkPolicy"] == \
         [obj for obj in render(kustomization) if obj["kind"] != "NetworkPolicy"]
+
+
+def test_the_runbook_base_flag_points_every_alert_of_the_component_at_that_page() -> None:
+    base = "https://docs.example.com/cmk/alerts.html"
+    rules = [rule for obj in yaml.safe_load_all(tool().render(runbook_base=base)) if obj
+             for group in obj["spec"]["groups"] for rule in group["rules"] if "alert" in rule]
+    assert rules and [r["annotations"]["runbook_url"] for r in rules] == [f"{base}#{r['alert'].lower()}" for r in rules]

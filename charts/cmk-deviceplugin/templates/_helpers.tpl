@@ -39,22 +39,31 @@ cmk.intel.com/node-group: {{ .Values.nodeGroup }}
 {{- printf "%s-%s" (index . 0) ($hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t") -}}
 {{- end }}
 
-{{/* The `config` value as the daemon's --config file, and the name of the ConfigMap holding it: deploy/base's
-config.yaml as written (its comments show the pool size keys) while the value is that file's, else the value. */}}
+{{/* The `config` value as the daemon's --config file, and the name of the ConfigMap holding it. */}}
+{{- /* The daemon's config file: deploy/base's config.yaml as written (its comments show the pool size keys)
+while the value is that file's. Helm merges the chart's flat defaults into a release's default:/nodes:
+sections, and the daemon refuses flat keys beside them: with sections, flat keys join default:, its own winning. */}}
 {{- define "cmk.configText" -}}
+{{- $config := .Values.config }}
 {{- $base := .Files.Get "base/config.yaml" }}
-{{- if eq (toYaml .Values.config) (toYaml (fromYaml $base)) }}
+{{- if eq (toYaml $config) (toYaml (fromYaml $base)) }}
 {{- $base }}
-{{- else if or (hasKey .Values.config "default") (hasKey .Values.config "nodes") }}
-{{- /* per-node sections (docs/user/node-groups.md): the flat keys, the chart's defaults among them, go under default: */}}
-{{- $sections := dict "default" (merge (dict) (.Values.config.default | default dict) (omit .Values.config "default" "nodes")) }}
-{{- with .Values.config.nodes }}
-{{- $_ := set $sections "nodes" . }}
-{{- end }}
+{{- else if or (hasKey $config "default") (hasKey $config "nodes") }}
+{{- $sections := dict "default" (merge (deepCopy ($config.default | default dict)) (omit $config "default" "nodes")) }}
+{{- with $config.nodes }}{{ $_ := set $sections "nodes" . }}{{ end }}
 {{- printf "%s\n" (toYaml $sections) }}
 {{- else }}
-{{- printf "%s\n" (toYaml .Values.config) }}
+{{- printf "%s\n" (toYaml $config) }}
 {{- end }}
+{{- end }}
+
+{{- /* "true" when any section of the config steers IRQs (the daemon then needs the host's /proc/irq). */}}
+{{- define "cmk.irqSteering" -}}
+{{- $config := .Values.config }}
+{{- $on := index $config "irq-steering" }}
+{{- with $config.default }}{{ if index . "irq-steering" }}{{ $on = true }}{{ end }}{{ end }}
+{{- range $config.nodes }}{{ with .config }}{{ if index . "irq-steering" }}{{ $on = true }}{{ end }}{{ end }}{{ end }}
+{{- if $on }}true{{ end }}
 {{- end }}
 
 {{- define "cmk.configName" -}}

@@ -9,9 +9,10 @@ binary or the new one, never half of one, and a running one keeps its inode.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
-from deviceplugin.errors import CmkError
+from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.host.atomic import write_atomically
 from deviceplugin.model.cdispec import INSTALLED_NAME
 
@@ -89,6 +90,12 @@ def built_pinner() -> Path:
 BUILD_DOCS = "README.md, section Install"
 
 
+def build_command(source: Path) -> str:
+    """The command that builds the pinner where this ``cmk`` looks for it: an installed package's place too,
+    from any directory (run in a checkout, a bare ``python -m pinner.build`` builds into the checkout)."""
+    return f"python -m pinner.build --output {shlex.quote(str(source))}"
+
+
 def unbuilt(source: Path) -> str | None:
     """Why there is no pinner to install, or None when ``source`` is there.
 
@@ -113,20 +120,20 @@ def install_pinner(source: Path, install_dir: Path) -> Path:
     problem = unbuilt(source)
     if problem:
         raise CmkError(
-            f"{problem}: build it with 'python -m pinner.build' (needs musl-tools or a C compiler with a static "
+            f"{problem}: build it with '{build_command(source)}' (needs musl-tools or a C compiler with a static "
             f"libc; {BUILD_DOCS}), then run 'cmk install' again"
         )
     try:
         install_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise CmkError(f"cannot create the install directory {install_dir}: {err.strerror}") from None
+        raise CmkError(f"cannot create the install directory {install_dir}: {os_reason(err)}") from None
     target = install_dir / INSTALLED_NAME
     try:
         data = source.read_bytes()
     except OSError as err:
-        raise CmkError(f"cannot read the built pinner {source}: {err.strerror}") from None
+        raise CmkError(f"cannot read the built pinner {source}: {os_reason(err)}") from None
     try:
         write_atomically(target, data, mode=0o755)
     except OSError as err:
-        raise CmkError(f"cannot install {target}: {err.strerror}") from None
+        raise CmkError(f"cannot install {target}: {os_reason(err)}") from None
     return target
