@@ -8,29 +8,30 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TypeVar
 
 from deviceplugin.model.limits import parse_count, parse_seconds
+
+T = TypeVar("T")
+
+
+def _for_argparse(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """``parse`` with its ValueError as argparse's ArgumentTypeError, so the message reaches the user."""
+
+    def converted(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return converted
 
 
 def bounded(least: int, most: int) -> Callable[[str], int]:
     """A whole number from ``least`` to ``most``."""
-
-    def parse(text: str) -> int:
-        try:
-            return parse_count(text, least=least, most=most)
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-
-    return parse
+    return _for_argparse(lambda text: parse_count(text, least=least, most=most))
 
 
 def seconds(most: float, *, zero: bool) -> Callable[[str], float]:
     """Seconds up to ``most`` (ASCII decimal, ``2`` or ``0.5``); 0 only where ``zero``."""
-
-    def parse(text: str) -> float:
-        try:
-            return parse_seconds(text, most=most, zero=zero)
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-
-    return parse
+    return _for_argparse(lambda text: parse_seconds(text, most=most, zero=zero))

@@ -8,10 +8,8 @@ reads back exactly what was given. Not yet wired into the daemon: ``docs/design/
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -35,6 +33,7 @@ from deviceplugin.model.claims import (
 )
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.resourceslices import DRIVER_NAME
+from deviceplugin.protocol.server import listen
 
 events = EventLog(__name__)
 
@@ -165,21 +164,11 @@ class DraPlugin(dra_grpc.DRAPluginServicer):
 def serve(socket_path: Path, servicer: Registration | DraPlugin) -> grpc.Server:
     """A started server of ``servicer`` on ``socket_path`` (a stale socket there is replaced)."""
     problem = f"cannot listen on {socket_path}: check that its directory exists and is writable"
-    try:
-        if socket_path.exists() or socket_path.is_symlink():
-            os.unlink(socket_path)
-    except OSError as err:
-        raise CmkError(f"{problem} ({err.strerror})") from None
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="cmk-dra"))
-    if isinstance(servicer, Registration):
-        reg_grpc.add_RegistrationServicer_to_server(servicer, server)
-    else:
-        dra_grpc.add_DRAPluginServicer_to_server(servicer, server)
-    try:
-        bound = server.add_insecure_port(f"unix:{socket_path}")
-    except RuntimeError:  # newer grpc raises instead of returning 0
-        bound = 0
-    if not bound:
-        raise CmkError(problem)
-    server.start()
-    return server
+
+    def add(server: grpc.Server) -> None:
+        if isinstance(servicer, Registration):
+            reg_grpc.add_RegistrationServicer_to_server(servicer, server)
+        else:
+            dra_grpc.add_DRAPluginServicer_to_server(servicer, server)
+
+    return listen(socket_path, problem, add, thread_prefix="cmk-dra", workers=WORKERS)

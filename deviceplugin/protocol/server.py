@@ -171,22 +171,11 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         too_long = socket_path_problem(self.socket_path)
         if too_long:
             raise CmkError(too_long)
-        try:
-            if self.socket_path.exists() or self.socket_path.is_symlink():
-                self.socket_path.unlink()
-        except OSError as err:
-            raise CmkError(f"{problem} ({os_reason(err)})") from None
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS,
-                                                        thread_name_prefix=f"cmk-{self.devices.pool}"))
-        pb_grpc.add_DevicePluginServicer_to_server(self, server)
-        health_pb2_grpc.add_HealthServicer_to_server(_Health(self), server)
-        try:
-            bound = server.add_insecure_port(f"unix:{self.socket_path}")
-        except RuntimeError:  # newer grpc raises instead of returning 0
-            bound = 0
-        if not bound:
-            raise CmkError(problem)
-        server.start()
+        def add(server: grpc.Server) -> None:
+            pb_grpc.add_DevicePluginServicer_to_server(self, server)
+            health_pb2_grpc.add_HealthServicer_to_server(_Health(self), server)
+
+        server = listen(self.socket_path, problem, add, thread_prefix=f"cmk-{self.devices.pool}")
         self._server = server
         self.socket_inode = self._bound_inode()
 
@@ -359,3 +348,26 @@ class _Health(health_pb2_grpc.HealthServicer):
         good = self._server.config_ok if request.service == CONFIG_SERVICE else self._server.streaming
         status = health_pb2.HealthCheckResponse.SERVING if good else health_pb2.HealthCheckResponse.NOT_SERVING
         return health_pb2.HealthCheckResponse(status=status)
+
+
+def listen(socket_path: Path, problem: str, add: Callable[[grpc.Server], None], *, thread_prefix: str,
+           workers: int = WORKERS) -> grpc.Server:
+    """A started gRPC server, its servicers put on by ``add``, on ``socket_path`` (a stale socket replaced).
+
+    ``problem`` is the one line a socket that cannot be bound gives, naming the setting to check.
+    """
+    try:
+        if socket_path.exists() or socket_path.is_symlink():
+            socket_path.unlink()
+    except OSError as err:
+        raise CmkError(f"{problem} ({os_reason(err)})") from None
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=thread_prefix))
+    add(server)
+    try:
+        bound = server.add_insecure_port(f"unix:{socket_path}")
+    except RuntimeError:  # newer grpc raises instead of returning 0
+        bound = 0
+    if not bound:
+        raise CmkError(problem)
+    server.start()
+    return server

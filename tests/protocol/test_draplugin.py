@@ -9,8 +9,6 @@ come from a table standing where the API server's ResourceClaims will (not in th
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -64,24 +62,17 @@ class Claims:
 
 
 @pytest.fixture
-def socket_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="cmk-dra-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def start(socket_dir: Path) -> Iterator[Callable[[Claims], dra_grpc.DRAPluginStub]]:
-    """``start(claims)``: a DraPlugin serving dra.sock with its checkpoint in socket_dir; a client to it."""
+def start(plugin_dir: Path) -> Iterator[Callable[[Claims], dra_grpc.DRAPluginStub]]:
+    """``start(claims)``: a DraPlugin serving dra.sock with its checkpoint in plugin_dir; a client to it."""
     servers: list[grpc.Server] = []
     channels: list[grpc.Channel] = []
 
     def run(claims: Claims) -> dra_grpc.DRAPluginStub:
         for server in servers:
             server.stop(None).wait()
-        plugin = DraPlugin(TREE, claims, ClaimFile(socket_dir / "claims.json"), pool_name=NODE)
-        servers.append(serve(socket_dir / "dra.sock", plugin))
-        channels.append(grpc.insecure_channel(f"unix:{socket_dir / 'dra.sock'}"))
+        plugin = DraPlugin(TREE, claims, ClaimFile(plugin_dir / "claims.json"), pool_name=NODE)
+        servers.append(serve(plugin_dir / "dra.sock", plugin))
+        channels.append(grpc.insecure_channel(f"unix:{plugin_dir / 'dra.sock'}"))
         return dra_grpc.DRAPluginStub(channels[-1])
 
     yield run
@@ -100,12 +91,12 @@ def unprepare(stub: dra_grpc.DRAPluginStub, *claims: dra_pb.Claim) -> dict[str, 
     return {uid: entry.error for uid, entry in response.claims.items()}
 
 
-def test_the_plugin_watcher_finds_a_dra_plugin_of_the_driver_serving_v1(socket_dir: Path,
+def test_the_plugin_watcher_finds_a_dra_plugin_of_the_driver_serving_v1(plugin_dir: Path,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
-    registration = Registration(socket_dir / "dra.sock")
-    server = serve(socket_dir / "reg.sock", registration)
+    registration = Registration(plugin_dir / "dra.sock")
+    server = serve(plugin_dir / "reg.sock", registration)
     try:
-        with grpc.insecure_channel(f"unix:{socket_dir / 'reg.sock'}") as channel:
+        with grpc.insecure_channel(f"unix:{plugin_dir / 'reg.sock'}") as channel:
             stub = reg_grpc.RegistrationStub(channel)
             info = stub.GetInfo(reg_pb.InfoRequest(), timeout=1)  # the kubelet's deadline
             stub.NotifyRegistrationStatus(reg_pb.RegistrationStatus(plugin_registered=False, error="no handler"),
@@ -113,7 +104,7 @@ def test_the_plugin_watcher_finds_a_dra_plugin_of_the_driver_serving_v1(socket_d
     finally:
         server.stop(None).wait()
     assert (info.type, info.name, info.endpoint, list(info.supported_versions)) == (
-        "DRAPlugin", DRIVER_NAME, str(socket_dir / "dra.sock"), ["v1.DRAPlugin"])
+        "DRAPlugin", DRIVER_NAME, str(plugin_dir / "dra.sock"), ["v1.DRAPlugin"])
     assert registration.notified.is_set()
     assert (registration.status.registered, registration.status.error) == (False, "no handler")
     [line] = logged(caplog.records, "dra_register_refused")
@@ -121,7 +112,7 @@ def test_the_plugin_watcher_finds_a_dra_plugin_of_the_driver_serving_v1(socket_d
 
 
 def test_a_claim_gets_the_cdi_devices_of_the_device_plugin_path_and_is_checkpointed_first(
-        start: Callable[[Claims], dra_grpc.DRAPluginStub], socket_dir: Path) -> None:
+        start: Callable[[Claims], dra_grpc.DRAPluginStub], plugin_dir: Path) -> None:
     claims = Claims()
     slot = next(iter(SHARED.devices))
     claim = claims.give("web", device_name(CORE_A), device_name(slot))
@@ -134,7 +125,7 @@ def test_a_claim_gets_the_cdi_devices_of_the_device_plugin_path_and_is_checkpoin
         (NODE, device_name(slot), list(cdi_device_names(SHARED, [slot]))),
     ]
     assert [list(d.request_names) for d in answer.devices] == [["cpus"], ["cpus"]]
-    saved = json.loads((socket_dir / "claims.json").read_text())["claims"]
+    saved = json.loads((plugin_dir / "claims.json").read_text())["claims"]
     assert [d["device"] for d in saved["uid-web"]] == [device_name(CORE_A), device_name(slot)]
 
 
@@ -156,7 +147,7 @@ def test_a_claim_prepared_again_keeps_its_answer_and_its_device_is_refused_to_an
 
 
 def test_a_restarted_plugin_neither_loses_a_claim_nor_gives_its_core_twice(
-        start: Callable[[Claims], dra_grpc.DRAPluginStub], socket_dir: Path) -> None:
+        start: Callable[[Claims], dra_grpc.DRAPluginStub], plugin_dir: Path) -> None:
     claims = Claims()
     held = claims.give("a", device_name(CORE_A))
     assert prepare(start(claims), held)["uid-a"].error == ""
@@ -166,7 +157,7 @@ def test_a_restarted_plugin_neither_loses_a_claim_nor_gives_its_core_twice(
     assert "which claim uid-a holds" in prepare(restarted, claims.give("b", device_name(CORE_A)))["uid-b"].error
     assert [d.device_name for d in prepare(restarted, held)["uid-a"].devices] == [device_name(CORE_A)]
     assert unprepare(restarted, held) == {"uid-a": ""}
-    assert json.loads((socket_dir / "claims.json").read_text())["claims"] == {}
+    assert json.loads((plugin_dir / "claims.json").read_text())["claims"] == {}
 
 
 def test_other_drivers_results_are_left_to_them_and_a_bad_claim_fails_alone(
@@ -191,10 +182,10 @@ def test_unprepare_answers_every_claim_even_one_never_prepared(
 
 
 def test_nothing_is_given_when_the_checkpoint_cannot_be_written(
-        start: Callable[[Claims], dra_grpc.DRAPluginStub], socket_dir: Path) -> None:
+        start: Callable[[Claims], dra_grpc.DRAPluginStub], plugin_dir: Path) -> None:
     claims = Claims()
     stub = start(claims)
-    (socket_dir / "claims.json").mkdir()  # a directory where the file goes: the rename fails, as root too
+    (plugin_dir / "claims.json").mkdir()  # a directory where the file goes: the rename fails, as root too
 
     answer = prepare(stub, claims.give("a", device_name(CORE_A)))["uid-a"]
 
@@ -206,9 +197,9 @@ def test_nothing_is_given_when_the_checkpoint_cannot_be_written(
     (lambda path: path.write_text('{"version": 9, "claims": {}}'), "claims.json has checkpoint version 9"),
     (lambda path: path.mkdir(), "cannot read .*claims.json"),
 ])
-def test_an_unreadable_checkpoint_is_named_at_start(socket_dir: Path, make: Callable[[Path], object],
+def test_an_unreadable_checkpoint_is_named_at_start(plugin_dir: Path, make: Callable[[Path], object],
                                                     complaint: str) -> None:
-    make(socket_dir / "claims.json")
+    make(plugin_dir / "claims.json")
     with pytest.raises(ClaimError, match=complaint):
-        DraPlugin(TREE, Claims(), ClaimFile(socket_dir / "claims.json"), pool_name=NODE,
-                  where=str(socket_dir / "claims.json"))
+        DraPlugin(TREE, Claims(), ClaimFile(plugin_dir / "claims.json"), pool_name=NODE,
+                  where=str(plugin_dir / "claims.json"))
