@@ -213,3 +213,16 @@ def test_a_daemon_with_its_own_kubelet_dir_is_told_which_host_paths_it_still_wri
     assert shared("--kubelet-dir", "/tmp/k", "--cdi-dir", "/tmp/cdi", "--no-infra-record", "--no-nfd") == ()
     assert shared("--kubelet-dir", "/tmp/k", "--no-cdi", "--install-dir", "/tmp/bin",
                   "--nfd-features-dir", "/tmp/nfd") == ()
+
+
+def test_the_shipped_configs_commented_settings_are_keys_the_daemon_takes(tmp_path):
+    """deploy/base/config.yaml shows the pool sizes (and other opt-ins) as comments: uncommented, each must load.
+
+    The first-hour trap was a README sending users to set pool sizes in a file that had no such key.
+    """
+    shipped = (Path(__file__).resolve().parents[2] / "deploy" / "base" / "config.yaml").read_text()
+    shown = [match.group(1) for match in re.finditer(r"^# ([a-z-]+: [^#\n]*?)[ \t]*(?:#.*)?$", shipped, re.M)]
+    assert {"num-exclusive-cores", "num-shared-cores"} <= {line.split(":")[0] for line in shown}
+    uncommented = shipped + "".join(f"{line}\n" for line in shown)
+    args = parse([], uncommented, tmp_path)
+    assert (args.num_exclusive_cores, args.num_shared_cores) == (4, 1)
