@@ -221,7 +221,7 @@ def test_the_shipped_configs_commented_settings_are_keys_the_daemon_takes(tmp_pa
     The first-hour trap was a README sending users to set pool sizes in a file that had no such key.
     """
     shipped = (Path(__file__).resolve().parents[2] / "deploy" / "base" / "config.yaml").read_text()
-    shown = [match.group(1) for match in re.finditer(r"^# ([a-z-]+: [^#\n]*?)[ \t]*(?:#.*)?$", shipped, re.M)]
+    shown = [match.group(1) for match in re.finditer(r"^# ([a-z-]+: [^#\n]*?)[ \t]*(?:#.*)?$", shipped, re.MULTILINE)]
     assert {"num-exclusive-cores", "num-shared-cores"} <= {line.split(":")[0] for line in shown}
     uncommented = shipped + "".join(f"{line}\n" for line in shown)
     args = parse([], uncommented, tmp_path)
