@@ -68,7 +68,7 @@ def config_schema(keys: list[Flag]) -> dict[str, Any]:
         },
         "oneOf": [{"required": [names]}, {"required": [regex]}],
     }
-    properties = {flag.name: dict(flag.schema) for flag in keys}
+    properties = {flag.name: dict(flag.key_schema) for flag in keys}
     return {
         "description": "the daemon's --config file: cmk device-plugin's plan and observation flags as keys "
                        "(the DaemonSet sets the paths), flat or as default: and per-node nodes: sections",

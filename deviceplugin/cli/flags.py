@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -186,8 +186,15 @@ class Flag:
     switch: bool = False
     #: may be given more than once: a list (``default`` must then be None, meaning none given)
     repeat: bool = False
-    #: the config key's JSON schema: what ``load`` takes (the chart's values schema is made of these)
-    schema: Mapping[str, Any] = field(default_factory=lambda: TEXT_SCHEMA)
+    #: the config key's JSON schema: what ``load`` takes (the chart's values schema is made of these);
+    #: None: a switch's is boolean, any other's a non-empty string
+    schema: Mapping[str, Any] | None = None
+
+    @property
+    def key_schema(self) -> Mapping[str, Any]:
+        if self.schema is not None:
+            return self.schema
+        return BOOLEAN_SCHEMA if self.switch else TEXT_SCHEMA
 
     @property
     def dest(self) -> str:
@@ -233,7 +240,7 @@ def whole_flag(name: str, least: int, most: int, **rest: Any) -> Flag:
 
 def switch_flag(name: str, default: bool, help: str) -> Flag:
     """``--name``/``--no-name``, ``true``/``false`` in the file."""
-    return Flag(name=name, switch=True, load=switch_value, default=default, help=help, schema={"type": "boolean"})
+    return Flag(name=name, switch=True, load=switch_value, default=default, help=help)
 
 
 def from_setting(item: Declared) -> Flag:
@@ -253,6 +260,7 @@ def from_setting(item: Declared) -> Flag:
 
 
 TEXT_SCHEMA: Mapping[str, Any] = {"type": "string", "minLength": 1}
+BOOLEAN_SCHEMA: Mapping[str, Any] = {"type": "boolean"}
 CPUS_SCHEMA: Mapping[str, Any] = {
     "description": "a kernel cpu list, e.g. \"2-3\", one CPU, or a list of CPUs",
     "oneOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 0},
@@ -306,21 +314,21 @@ DAEMON = FlagGroup("daemon", (
               f"read-only at /opt/bin in every container (default: {DEFAULT_INSTALL_DIR})"),
     switch_flag("cdi", True,
                 help="write a CDI spec and name its device in every Allocate answer, so the "
-              "container runtime's hook confines each container to its CPUs (cgroup cpuset "
-              "and affinity) even if it never runs cmk isolate. Needs kubelet 1.28+ "
-              "(DevicePluginCDIDevices: beta and on in 1.29, GA in 1.31) and containerd 1.7+ "
-              "with enable_cdi, or CRI-O 1.23+; older ones ignore it (default: on)"),
+                     "container runtime's hook confines each container to its CPUs (cgroup cpuset "
+                     "and affinity) even if it never runs cmk isolate. Needs kubelet 1.28+ "
+                     "(DevicePluginCDIDevices: beta and on in 1.29, GA in 1.31) and containerd 1.7+ "
+                     "with enable_cdi, or CRI-O 1.23+; older ones ignore it (default: on)"),
     switch_flag("unthrottle-exclusive", True,
                 help="mark the CDI devices of whole exclusive cores, so the hook removes the CFS quota "
-              "of a container that holds only such cores (never of one that also holds shared or "
-              "infra CPUs; the pod's cgroup keeps the kubelet's quota) (default: on)"),
+                     "of a container that holds only such cores (never of one that also holds shared or "
+                     "infra CPUs; the pod's cgroup keeps the kubelet's quota) (default: on)"),
     switch_flag("infra-record", True,
                 help="keep the node-wide hook's infra record (the infra CPUs, in --install-dir) in step "
-              "with the plan: written only when its content differs (default: on)"),
-    Flag(name="untaint-node", switch=True, load=switch_value, default=True,
-         help="remove this node's cmk.intel.com/pools-not-ready taint once every pool is registered with "
-              "the kubelet, through the API server with the pod's service account (the DaemonSet's "
-              "RBAC allows only that); outside a pod, or with no node name, nothing is done (default: on)"),
+                     "with the plan: written only when its content differs (default: on)"),
+    switch_flag("untaint-node", True,
+                help="remove this node's cmk.intel.com/pools-not-ready taint once every pool is registered with "
+                     "the kubelet, through the API server with the pod's service account (the DaemonSet's "
+                     "RBAC allows only that); outside a pod, or with no node name, nothing is done (default: on)"),
     Flag(name="irq-steering", parse=steered_pools, load=pools_value, default=frozenset(), metavar="POOLS",
          schema=POOLS_SCHEMA,
          help="keep device interrupts off the CPUs containers hold in these pools (exclusive, "
@@ -348,11 +356,11 @@ OBSERVE = FlagGroup("observability", (
          metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics (default: off)"),
     switch_flag("per-cpu-metrics", False,
                 help="add per-CPU series (busy time, interrupts, softirqs, held, unheld busy time) to the "
-              "per-pool ones: a few per CPU, thousands on a large node, and node_exporter's "
-              "node_cpu_seconds_total joined with cmk_cpu_info on cpu gives the busy time (default: off)"),
+                     "per-pool ones: a few per CPU, thousands on a large node, and node_exporter's "
+                     "node_cpu_seconds_total joined with cmk_cpu_info on cpu gives the busy time (default: off)"),
     whole_flag("cgroup-scan-seconds", 0, 3600, default=30, metavar="SECONDS",
                help="reuse a walk of the cgroup tree for cmk_unconfined_containers for up to SECONDS while the "
-              "kubelet's holdings stay the same; 0 walks at every scrape (default: 30)"),
+                    "kubelet's holdings stay the same; 0 walks at every scrape (default: 30)"),
     pod_resources_socket("read before serving to keep cores still held under other IDs or pools out of every "
                          "pool, for the allocated-devices metric and to name the pod behind each allocation "
                          "in the log"),

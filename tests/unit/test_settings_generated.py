@@ -37,7 +37,7 @@ def test_every_plan_setting_has_its_row_and_every_chart_key_its_schema() -> None
     schema = tool.config_schema(tool.chart_keys())
     assert set(schema["properties"]) - {"default", "nodes"} == {flag.name for flag in tool.chart_keys()}
     assert schema["properties"]["num-exclusive-cores"] == {"type": "integer", "minimum": 0,
-                                                          "maximum": FILE_KEYS["num-exclusive-cores"].schema["maximum"]}
+                                                          "maximum": FILE_KEYS["num-exclusive-cores"].key_schema["maximum"]}
 
 
 def test_the_check_names_a_stale_file_and_fails(tmp_path: Path) -> None:
@@ -48,3 +48,16 @@ def test_the_check_names_a_stale_file_and_fails(tmp_path: Path) -> None:
     edited = tool.docs_text(tool.DOCS_TABLE.read_text(), tool.PLAN.flags).replace("| packed |", "| spread |", 1)
     assert edited != tool.DOCS_TABLE.read_text()
     assert tool.docs_text(edited, tool.PLAN.flags) == tool.DOCS_TABLE.read_text()
+
+
+def test_every_switch_is_a_boolean_in_the_chart_schema() -> None:
+    """A switch's config key takes true/false: ``--set config.untaint-node=false`` was refused as not a string."""
+    import json
+
+    from deviceplugin.cli.flags import FILE_KEYS
+
+    config = json.loads((ROOT / "charts" / "cmk-deviceplugin" / "values.schema.json").read_text())
+    properties = config["properties"]["config"]["properties"]
+    switches = [name for name, flag in FILE_KEYS.items() if flag.switch and name in properties]
+    assert "untaint-node" in switches
+    assert {name: properties[name] for name in switches} == {name: {"type": "boolean"} for name in switches}
