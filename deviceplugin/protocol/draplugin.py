@@ -152,9 +152,9 @@ class DraPlugin(dra_grpc.DRAPluginServicer):
     def NodeUnprepareResources(self, request: dra_pb.NodeUnprepareResourcesRequest,
                                context: grpc.ServicerContext) -> dra_pb.NodeUnprepareResourcesResponse:
         response = dra_pb.NodeUnprepareResourcesResponse()
+        gone = {claim.uid for claim in request.claims}
         with self._lock:
-            state = {uid: devices for uid, devices in self._prepared.items()
-                     if uid not in {claim.uid for claim in request.claims}}
+            state = {uid: devices for uid, devices in self._prepared.items() if uid not in gone}
             failed = self._save(state) if len(state) != len(self._prepared) else None
             for claim in request.claims:
                 response.claims[claim.uid].error = failed or ""
