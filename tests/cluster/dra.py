@@ -33,7 +33,7 @@ def dra_peers_bin() -> Path:
     """``CMK_DRA_PEERS_BIN``, else what ``.ci/build-dra-peers`` prints (it builds once, then reuses)."""
     if os.environ.get("CMK_DRA_PEERS_BIN"):
         return Path(os.environ["CMK_DRA_PEERS_BIN"])
-    result = subprocess.run([str(ROOT / ".ci/build-dra-peers")], capture_output=True, text=True, check=False)
+    result = subprocess.run([str(ROOT / ".ci/build-dra-peers"), "dra-test-driver"], capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise ComponentFailed(f".ci/build-dra-peers failed:\n{result.stderr[-3000:]}")
     return Path(result.stdout.strip().splitlines()[-1])
