@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tests.cluster.node import (
@@ -90,12 +90,14 @@ def cluster_bin() -> Path:
 
 
 @contextlib.contextmanager
-def node_with_images(work: Path) -> Iterator[Node]:
-    """The node up with the pause, busybox and product images imported (``work``: the archives' and logs' room)."""
+def node_with_images(work: Path, *, nri: bool = False, extra_cdi_dirs: Sequence[Path] = ()) -> Iterator[Node]:
+    """The node up with the pause, busybox and product images imported (``work``: the archives' and logs' room);
+    ``nri`` and ``extra_cdi_dirs`` as :class:`~tests.cluster.node.Node` takes them."""
     binaries = cluster_bin()
     product, archive = product_archive(work / "product.tar")
     archives = [pause_archive(binaries / "pause", work / "pause.tar"), busybox_archive(work / "busybox.tar"), archive]
-    with running_node(binaries, work / "logs", archives, product_image=product) as up:
+    with running_node(binaries, work / "logs", archives, product_image=product, nri=nri,
+                      extra_cdi_dirs=extra_cdi_dirs) as up:
         for path in archives:
             path.unlink()
         yield up

@@ -486,6 +486,10 @@ class Node(ControlPlane):
     created: list[Path] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)
     product_image: str = ""  # the imported cmk-deviceplugin image
+    #: containerd's NRI on (a peer that sets cpusets through NRI needs it; the tier keeps it off)
+    nri: bool = False
+    #: CDI directories containerd reads besides :attr:`cdi_dir` (a peer's fixed ``/var/run/cdi``)
+    extra_cdi_dirs: tuple[Path, ...] = ()
     # iptables chains and nf_tables tables before the kubelet; None until read: a teardown then removes none
     chains: set[tuple[str, str, str]] | None = None
     nft_tables: set[str] | None = None
@@ -516,7 +520,7 @@ class Node(ControlPlane):
 
     @property
     def cdi_dir(self) -> Path:
-        """The node's ``/var/run/cdi``: containerd's only ``cdi_spec_dirs`` entry and the daemon's ``--cdi-dir``."""
+        """The node's ``/var/run/cdi``: containerd's first ``cdi_spec_dirs`` entry and the daemon's ``--cdi-dir``."""
         return self.path("cdi")
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -559,8 +563,16 @@ class Node(ControlPlane):
                                   "dataDir": str(self.path("cni", "ipam"))}}],
         }))
         self._node_wide_hook_spec(d / "cmk-base-spec.json")
+        (d / "config.toml").write_text(self.containerd_config())
+        process = self._start("containerd", [str(self.bin / "containerd"), f"--config={d / 'config.toml'}",
+                                             "--log-level=info"])
+        self._wait(process, "containerd answering", lambda: self.ctr("version", check=False).returncode == 0, 60)
+
+    def containerd_config(self) -> str:
+        """containerd's config.toml for this node (its directories, CDI dirs, NRI on or off)."""
+        d = self.path("containerd")
         runtime = 'plugins."io.containerd.cri.v1.runtime"'
-        (d / "config.toml").write_text(f"""\
+        return f"""\
 version = 3
 root = "{d / 'root'}"
 state = "{d / 'state'}"
@@ -571,7 +583,7 @@ state = "{d / 'state'}"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{d / 'opt'}"
 [plugins."io.containerd.nri.v1.nri"]
-  disable = true
+  disable = {'false' if self.nri else 'true'}
 [plugins."io.containerd.grpc.v1.cri"]
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
@@ -580,7 +592,7 @@ state = "{d / 'state'}"
   # fails every sandbox (the kubelet's -998): keep each score at or above containerd's own
   restrict_oom_score_adj = true
   enable_cdi = true
-  cdi_spec_dirs = ["{self.cdi_dir}"]
+  cdi_spec_dirs = {json.dumps([str(path) for path in (self.cdi_dir, *self.extra_cdi_dirs)])}
 [{runtime}.cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "{self.path('cni', 'net.d')}"
@@ -598,10 +610,7 @@ state = "{d / 'state'}"
   snapshotter = "overlayfs"
 [plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = "{PAUSE_IMAGE}"
-""")
-        process = self._start("containerd", [str(self.bin / "containerd"), f"--config={d / 'config.toml'}",
-                                             "--log-level=info"])
-        self._wait(process, "containerd answering", lambda: self.ctr("version", check=False).returncode == 0, 60)
+"""
 
     def _prepare_from_the_image(self) -> None:
         """README's step 2 on this node, from the product image through the node's containerd: the pinner in the
@@ -824,13 +833,14 @@ state = "{d / 'state'}"
 
 @contextlib.contextmanager
 def running_node(bin_dir: Path, logs: Path, images: Sequence[Path], *, product_image: str = "",
-                 kubelet_socket: Path = KUBELET_SOCKET) -> Iterator[Node]:
+                 kubelet_socket: Path = KUBELET_SOCKET, nri: bool = False,
+                 extra_cdi_dirs: Sequence[Path] = ()) -> Iterator[Node]:
     """A node that is up for the ``with`` body and gone after, whatever happened during bring-up,
     and gone too at SIGTERM or SIGINT (:class:`SignalTeardown`).
 
     ``logs`` (the components' logs) is outside the node's directory so that they outlive it. Refused
     while a kubelet not of this tier listens on ``kubelet_socket``: checked once the lock is ours, so
-    another session of the tier is waited for rather than refused.
+    another session of the tier is waited for rather than refused. ``nri`` and ``extra_cdi_dirs``: see :class:`Node`.
     """
     # One node per machine: the kubelet's device-plugin directory, the pod cgroups and the netns
     # directory are the machine's. The lock is on the directory that holds /var/lib/kubelet, the same
@@ -842,14 +852,14 @@ def running_node(bin_dir: Path, logs: Path, images: Sequence[Path], *, product_i
         for lock in locks:
             fcntl.flock(lock, fcntl.LOCK_EX)
         refuse_a_held_kubelet_socket(kubelet_socket)
-        yield from _node(bin_dir, logs, images, product_image)
+        yield from _node(Node(bin_dir, logs, product_image=product_image, nri=nri,
+                              extra_cdi_dirs=tuple(extra_cdi_dirs)), images)
     finally:
         for lock in locks:
             os.close(lock)
 
 
-def _node(bin_dir: Path, logs: Path, images: Sequence[Path], product_image: str) -> Iterator[Node]:
-    node = Node(bin_dir, logs, product_image=product_image)
+def _node(node: Node, images: Sequence[Path]) -> Iterator[Node]:
     with SignalTeardown(node.down) as teardown:
         try:
             node.up(images)

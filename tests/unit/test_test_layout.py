@@ -29,9 +29,10 @@ def test_no_test_module_imports_another_test_module() -> None:
 #: lock), so it stays with its tier rather than beside the light helpers every tier imports; the cluster
 #: benchmark runs on the same node.
 #: The real parts' bring-up benchmarks may run beside a tier: the cluster's node, and the systemd tier's VM with
-#: its guest program (``benchmarks/systemd_hook.py`` boots it with a guest of its own).
-CLUSTER_BRING_UP = {"tests.cluster.node", "tests.cluster.images", "tests.cluster.deploy", "tests.systemd.vm",
-                    "tests.systemd.guest"}
+#: its guest program (``benchmarks/systemd_hook.py`` boots it with a guest of its own); the cluster's switch to
+#: DRA mode and its peers' binaries (``benchmarks/dra_side_by_side.py``).
+CLUSTER_BRING_UP = {"tests.cluster.node", "tests.cluster.images", "tests.cluster.deploy", "tests.cluster.dra",
+                    "tests.systemd.vm", "tests.systemd.guest"}
 
 
 def test_benchmarks_import_only_tests_support_and_the_cluster_bring_up() -> None:
