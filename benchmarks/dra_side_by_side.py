@@ -19,7 +19,8 @@ clock (``kubectl create`` to the watch event showing Running), the CPUs each pod
 ``Cpus_allowed_list`` and its cpuset), the cpuset of a BestEffort pod started beside the last one, the
 RSS of the daemon (of its ``daemon`` container) or of ``dracpu``, and, after a kubelet restart, when the
 plugins were back (device plugins: the kubelet's allocatable through its pod resources API; DRA
-drivers: the kubelet's log line registering the driver) and when a pod created then was Running.
+drivers: the kubelet's log line registering the driver, written at ``--v=3``,
+which the restarted kubelet runs with) and when a pod created then was Running.
 
     python benchmarks/dra_side_by_side.py [--pods 20]
 
@@ -116,10 +117,12 @@ def klog_time(line: str, year: int) -> float | None:
 
 
 def registered_at(lines: list[str], driver: str, year: int) -> float | None:
-    """When the first of ``lines`` saying the kubelet registered DRA driver ``driver`` was written."""
+    """When the first of ``lines`` in which the kubelet registered DRA driver ``driver`` was written.
+
+    The kubelet's DRA plugin manager logs ``"Registered DRA plugin" driverName=...`` at ``--v=3``.
+    """
     for line in lines:
-        if driver in line and re.search(r"regist", line, re.IGNORECASE) and not re.search(
-                r"unregist|deregist|fail|error", line, re.IGNORECASE):
+        if '"Registered DRA plugin"' in line and f'driverName="{driver}"' in line:
             return klog_time(line, year)
     return None
 
@@ -367,6 +370,7 @@ def healthy(port: int) -> bool:
 
 def measure(node: Node, pods: int, threads: int) -> list[Side]:
     watch = PodWatch(node)
+    node.kubelet_verbosity = 3  # from the first restart on: the kubelet logs each DRA plugin it registers
     try:
         deployed = deploy_product(node)
         pod = workload_pod(example("pod-cdi-only.yaml"), deployed.served(), threads)

@@ -490,6 +490,8 @@ class Node(ControlPlane):
     nri: bool = False
     #: CDI directories containerd reads besides :attr:`cdi_dir` (a peer's fixed ``/var/run/cdi``)
     extra_cdi_dirs: tuple[Path, ...] = ()
+    #: the kubelet's ``--v`` from its next start (3 logs each DRA plugin it registers)
+    kubelet_verbosity: int = 2
     # iptables chains and nf_tables tables before the kubelet; None until read: a teardown then removes none
     chains: set[tuple[str, str, str]] | None = None
     nft_tables: set[str] | None = None
@@ -670,7 +672,7 @@ state = "{d / 'state'}"
         self._start("kubelet", [
             str(self.bin / "kubelet"), f"--config={root / 'config.yaml'}", f"--root-dir={root}",
             f"--kubeconfig={self.path('pki', 'kubelet.kubeconfig')}", f"--hostname-override={NODE_NAME}",
-            f"--cert-dir={root / 'pki'}", "--v=2",
+            f"--cert-dir={root / 'pki'}", f"--v={self.kubelet_verbosity}",
         ])
 
     def reconfigure_kubelet(self, **settings: Any) -> None:

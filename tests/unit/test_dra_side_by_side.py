@@ -41,13 +41,13 @@ def test_klog_time_reads_the_header_and_ignores_other_lines() -> None:
     assert klog_time("Flag --v has been deprecated", 2026) is None
 
 
-def test_registered_at_takes_the_drivers_first_registration_and_not_a_failure() -> None:
-    lines = ['E1203 15:00:01.000000 1 x.go:1] "Failed to register plugin" name="dra.cpu"',
-             'I1203 15:00:02.000000 1 x.go:1] "Registered plugin" name="cpu.cmk.intel.com"',
-             'I1203 15:00:03.000000 1 x.go:1] "Registered plugin" name="dra.cpu"',
-             'I1203 15:00:04.000000 1 x.go:1] "Registered plugin" name="dra.cpu"']
+def test_registered_at_takes_the_kubelets_first_registration_of_the_driver_only() -> None:
+    lines = ['I1203 15:00:01.000000 1 x.go:1] "Adding socket path" path="/k/plugins_registry/dra.cpu-reg.sock"',
+             'I1203 15:00:02.000000 1 x.go:1] "Registered DRA plugin" driverName="cpu.cmk.intel.com" endpoint="/a"',
+             'I1203 15:00:03.000000 1 x.go:1] "Registered DRA plugin" driverName="dra.cpu" endpoint="/b"',
+             'I1203 15:00:04.000000 1 x.go:1] "Registered DRA plugin" driverName="dra.cpu" endpoint="/b"']
     assert registered_at(lines, "dra.cpu", 2026) == api_time("2026-12-03T15:00:03Z")
-    assert registered_at(lines[:1], "dra.cpu", 2026) is None
+    assert registered_at(lines[:2], "dra.cpu", 2026) is None
 
 
 def test_claim_pod_swaps_the_extended_resource_for_one_claim_and_keeps_cpu() -> None:
