@@ -10,7 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import quote
 
-from deviceplugin.host.kubeapi import SERVICE_ACCOUNT, ApiError, KubeApi, in_cluster, status_message
+from deviceplugin.host.kubeapi import (
+    SERVICE_ACCOUNT,
+    ApiError,
+    KubeApi,
+    in_cluster,
+    status_message,
+)
 from deviceplugin.model.taints import untaint_patch
 
 #: The name callers knew before the client was shared: the same error.

@@ -46,8 +46,9 @@ def test_a_node_without_the_taint_is_read_and_left_alone(api: Served) -> None:
 
 
 def test_a_refusal_is_one_line_with_the_api_servers_message(api: Served) -> None:
-    api.store.refuse[("PATCH", NODE)] = (422, "ValidatingAdmissionPolicy 'cmk-deviceplugin-untaint' denied request: "
-                                               "the cmk daemon may change only the node its pod runs on")
+    denied = ("ValidatingAdmissionPolicy 'cmk-deviceplugin-untaint' denied request: "
+              "the cmk daemon may change only the node its pod runs on")
+    api.store.refuse[("PATCH", NODE)] = (422, denied)
     with pytest.raises(NodeApiError) as refused:
         remove_pools_not_ready("n1", api.account)
     assert str(refused.value) == ("PATCH node n1: 422 Unprocessable Entity: ValidatingAdmissionPolicy "
