@@ -26,7 +26,8 @@ LIST = f"{SLICES}?fieldSelector=spec.nodeName%3Dn1%2Cspec.driver%3Dcpu.cmk.intel
 def slices(exclusive: int, generation: int = 1, node_name: str = "n1") -> list[dict[str, Any]]:
     """Node ``node_name``'s slices with ``exclusive`` exclusive cores of 8 (two NUMA nodes), two devices a slice."""
     topology = build_topology([[c, c + 8] for c in range(8)], node_of={c: c % 8 // 4 for c in range(16)})
-    tree = plan_node(topology, PlanOptions(num_exclusive_cores=exclusive, num_shared_cores=1)).tree
+    tree = plan_node(topology, PlanOptions(num_exclusive_cores=exclusive, num_shared_cores=1,
+                                                shared_slots=3, infra_slots=3)).tree
     return resource_slices(tree, frozenset(), node_name=node_name, generation=generation, max_devices=2)
 
 
