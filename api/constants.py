@@ -23,6 +23,12 @@ KUBELET_SOCKET_NAME = "kubelet.sock"
 POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 """Mount its directory, not the socket: a kubelet restart replaces the socket inode."""
 
+PLUGINS_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
+"""The kubelet's plugin watcher finds DRA plugins' registration sockets here (it follows --root-dir)."""
+
+PLUGINS_DIR = "/var/lib/kubelet/plugins"
+"""Where a DRA plugin keeps its service socket and state, in a directory named after its driver (follows --root-dir)."""
+
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 """The kubelet treats any health string other than HEALTHY as unhealthy."""

@@ -33,12 +33,16 @@ from deviceplugin.events import EventLog
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
 from deviceplugin.host.installedpinner import DEFAULT_INSTALL_DIR
 from deviceplugin.host.nfd import DEFAULT_FEATURES_DIR
+from deviceplugin.model.modes import ServingMode
 from deviceplugin.model.plan import PlanOptions
 
 events = EventLog(__name__)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from deviceplugin.daemon import Daemon
+    from deviceplugin.daemon.draserving import DraLink
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,10 +92,12 @@ def _daemon(args: argparse.Namespace) -> tuple[Daemon, ActiveConfig | None]:
                                   pod_resources_socket=args.pod_resources_socket, config_problem=problem,
                                   unthrottle_exclusive=args.unthrottle_exclusive,
                                   irq_steering=args.irq_steering, irq_dir=args.irq_dir,
-                                  infra_record_dir=Path(args.install_dir) if args.infra_record else None)
+                                  infra_record_dir=Path(args.install_dir) if args.infra_record else None,
+                                  mode=args.mode, plugins_registry_dir=args.plugins_registry_dir,
+                                  plugins_dir=args.plugins_dir)
         topology = discover(args.sysfs_root, args.procfs_root, later_threads_on_demand=True)
         node = plan_node(topology, plan)  # a bad plan fails here, unserved
-        return Daemon(settings, node=node)
+        return Daemon(settings, node=node, dra=_dra_link(args) if args.mode is ServingMode.DRA else None)
 
     try:
         active = apply_config_file(args)
@@ -111,6 +117,40 @@ def _daemon(args: argparse.Namespace) -> tuple[Daemon, ActiveConfig | None]:
         events.error("config_refused", f"refused {source}: {err}; serving the last good plan from {last_good} instead: "
                      "fix the config and roll out again", source=source, error=str(err), last_good=str(last_good))
         return daemon, None
+
+
+def _dra_link(args: argparse.Namespace) -> DraLink:
+    """DRA mode's API server side: the node's slices published, its claims read, with the pod's account."""
+    from deviceplugin.cli.configfile import node_name
+    from deviceplugin.daemon.draserving import DraLink
+    from deviceplugin.host.claimapi import ApiClaimSource
+    from deviceplugin.host.kubeapi import KubeApi, in_cluster
+    from deviceplugin.host.sliceapi import publish
+
+    node = node_name(args.node_name)
+    if node is None or not in_cluster():
+        raise CmkError("--mode dra publishes ResourceSlices through the API server: run it in the DaemonSet's pod "
+                       "(it needs the pod's service account and $NODE_NAME or --node-name), or use --mode device-plugin")
+    api = KubeApi()
+    return DraLink(node_name=node, publish=lambda slices_at: publish(api, node, slices_at),
+                   claims=ApiClaimSource(api), held=_device_plugin_holdings(args.pod_resources_socket))
+
+
+def _device_plugin_holdings(socket: Path) -> Callable[[], Mapping[str, frozenset[str]] | None]:
+    """What containers hold through the device plugins (resource -> IDs), read from pod resources; None: unknown."""
+    from deviceplugin.model.plan import RESOURCE_NAMES
+    from deviceplugin.protocol.podresources import Unavailable, read_assignments
+
+    def held() -> Mapping[str, frozenset[str]] | None:
+        try:
+            assignments = read_assignments(socket, resources=RESOURCE_NAMES.values(), allocatable=False)
+        except Unavailable as err:
+            events.warning("held_unknown", f"cannot learn which devices device plugins' containers hold ({err}): "
+                           "keeping out what the last read named (nothing before the first)", reason=str(err))
+            return None
+        return {resource: assignments.held(resource) for resource in RESOURCE_NAMES.values()}
+
+    return held
 
 
 def _remember_plan(daemon: Daemon) -> None:

@@ -17,7 +17,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from api.constants import DEVICE_PLUGIN_DIR, POD_RESOURCES_SOCKET
+from api.constants import (
+    DEVICE_PLUGIN_DIR,
+    PLUGINS_DIR,
+    PLUGINS_REGISTRY_DIR,
+    POD_RESOURCES_SOCKET,
+)
 from deviceplugin.cli.converters import bounded
 from deviceplugin.host.cdi import DEFAULT_CDI_DIR
 from deviceplugin.host.installedpinner import (
@@ -33,6 +38,7 @@ from deviceplugin.model.limits import (
     CpuListError,
     checked_cpu_list,
 )
+from deviceplugin.model.modes import ServingMode
 from deviceplugin.model.plan import CORE_POOLS, PlanOptions, Pool
 from deviceplugin.model.settings import Declared, declared
 from deviceplugin.observe.logs import FORMATS
@@ -306,6 +312,18 @@ def config_flag(command: str) -> Flag:
                 help=f"the daemon's --config YAML file, so {command} plans exactly as the daemon does; {CONFIG_HELP}")
 
 DAEMON = FlagGroup("daemon", (
+    Flag(name="mode", parse=ServingMode, load=choice_value(ServingMode), choices=list(ServingMode),
+         schema={"enum": list(ServingMode)}, default=ServingMode.DEVICE_PLUGIN,
+         help="how the pools reach the kubelet: device-plugin (one device plugin per pool, capacity in the "
+              "node's status) or dra (one DRA driver, cpu.cmk.intel.com, its devices in ResourceSlices and "
+              "served to unchanged pods through deploy/dra's DeviceClasses; Kubernetes 1.36+); never both on "
+              "one node (docs/user/dra.md) (default: device-plugin)"),
+    Flag(name="plugins-registry-dir", parse=Path, load=path_value, default=Path(PLUGINS_REGISTRY_DIR), metavar="DIR",
+         help=f"--mode dra: the kubelet's plugin registration directory, under its --root-dir "
+              f"(default: {PLUGINS_REGISTRY_DIR})"),
+    Flag(name="plugins-dir", parse=Path, load=path_value, default=Path(PLUGINS_DIR), metavar="DIR",
+         help="--mode dra: the kubelet's plugins directory, under its --root-dir; the driver's socket and its "
+              f"prepared-claims checkpoint go in DIR/cpu.cmk.intel.com (default: {PLUGINS_DIR})"),
     Flag(name="kubelet-dir", parse=Path, load=path_value, default=Path(DEVICE_PLUGIN_DIR), metavar="DIR",
          help=f"the kubelet's device-plugin directory (default: {DEVICE_PLUGIN_DIR})"),
     Flag(name="install-dir", parse=host_dir, load=lambda value: host_dir(text_value(value)),

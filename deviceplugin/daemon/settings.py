@@ -5,12 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from api.constants import DEVICE_PLUGIN_DIR, validate_device_id, validate_resource_name
+from api.constants import (
+    DEVICE_PLUGIN_DIR,
+    PLUGINS_DIR,
+    PLUGINS_REGISTRY_DIR,
+    validate_device_id,
+    validate_resource_name,
+)
 from deviceplugin.errors import CmkError
 from deviceplugin.host.installedpinner import DEFAULT_INSTALL_DIR
 from deviceplugin.host.irqs import DEFAULT_IRQ_DIR, DEFAULT_IRQBALANCE_DIR
 from deviceplugin.host.sysfs import DEFAULT_PROCFS_ROOT, DEFAULT_SYSFS_ROOT
 from deviceplugin.model.devices import DeviceTree
+from deviceplugin.model.modes import ServingMode
 from deviceplugin.model.plan import PlanOptions, Pool
 from deviceplugin.protocol.server import (
     list_message_problem,
@@ -46,6 +53,11 @@ class DaemonSettings:
     irqbalance_dir: Path = DEFAULT_IRQBALANCE_DIR
     #: Where the node-wide hook's infra record lives (the install dir); None: not written (the CLI defaults to on).
     infra_record_dir: Path | None = None
+    #: Device plugins, or one DRA driver (:mod:`deviceplugin.daemon.draserving`).
+    mode: ServingMode = ServingMode.DEVICE_PLUGIN
+    #: DRA mode: the kubelet's plugin registration directory and its plugins directory (both follow its --root-dir).
+    plugins_registry_dir: Path = Path(PLUGINS_REGISTRY_DIR)
+    plugins_dir: Path = Path(PLUGINS_DIR)
 
 
 def socket_name(resource: str) -> str:

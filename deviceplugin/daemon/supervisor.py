@@ -14,6 +14,7 @@ import threading
 from api.constants import KUBELET_SOCKET_NAME
 from deviceplugin.daemon import nodefiles
 from deviceplugin.daemon.cpumanager import CpuManager
+from deviceplugin.daemon.draserving import DraLink, DraServing
 from deviceplugin.daemon.held import HeldCores
 from deviceplugin.daemon.irqsteerer import IrqSteering
 from deviceplugin.daemon.serving import PoolServers
@@ -28,6 +29,7 @@ from deviceplugin.host.watchers import CpuWatcher, PluginDirWatcher, cpu_watcher
 from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.devices import DeviceTree, health_changes
 from deviceplugin.model.irqsteer import held_cpus, housekeeping
+from deviceplugin.model.modes import ServingMode
 from deviceplugin.model.node import NodePlan, plan_node
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
 from deviceplugin.model.withheld import Withheld
@@ -41,7 +43,7 @@ class Daemon:
     """Checks its plan at construction (so a bad one fails before anything is served); :meth:`start` serves."""
 
     def __init__(self, settings: DaemonSettings, *, node: NodePlan | None = None,
-                 prefer: Preference | None = None) -> None:
+                 prefer: Preference | None = None, dra: DraLink | None = None) -> None:
         if prefer is None:
             from deviceplugin.model.policy import prefer as policy
 
@@ -59,10 +61,17 @@ class Daemon:
         self.kubelet_socket = settings.kubelet_dir / KUBELET_SOCKET_NAME
         self._kubelet_seen = self.kubelet_socket.exists()  # a kubelet.sock created after this one: a restart
         self._wakes = Wakes()
-        self._pools = PoolServers(settings.kubelet_dir, self.kubelet_socket, install_dir=settings.install_dir,
-                                  prefer=prefer, cdi=settings.cdi_dir is not None,
-                                  config_ok=settings.config_problem is None, observer=self.observers,
-                                  on_stream_lost=lambda: self._wakes.put(Wake.STREAM))
+        self._pools: PoolServers | DraServing
+        if settings.mode is ServingMode.DRA:
+            if dra is None:
+                raise CmkError("--mode dra needs the node's name and the API server: run it in the DaemonSet's pod "
+                               "(docs/user/dra.md), or use --mode device-plugin")
+            self._pools = DraServing(settings, self.tree, self.topology.isolated, dra, recheck=settings.held_recheck)
+        else:
+            self._pools = PoolServers(settings.kubelet_dir, self.kubelet_socket, install_dir=settings.install_dir,
+                                      prefer=prefer, cdi=settings.cdi_dir is not None,
+                                      config_ok=settings.config_problem is None, observer=self.observers,
+                                      on_stream_lost=lambda: self._wakes.put(Wake.STREAM))
         self._held = HeldCores(settings.pod_resources_socket, settings.kubelet_dir,
                                recheck=settings.held_recheck)
         self._cpu_manager = CpuManager(settings.pod_resources_socket, recheck=settings.held_recheck)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from deviceplugin.errors import CmkError
@@ -111,6 +112,20 @@ def published_devices(devices: PoolDevices, isolated: frozenset[int]) -> list[di
     l3_first: dict[frozenset[int], int] = {}
     return [{"name": device_name(device.id), "attributes": _attributes(devices, device, isolated, l3_first)}
             for device in devices.devices.values() if device.healthy]
+
+
+def unheld(tree: DeviceTree, held: Mapping[str, Iterable[str]]) -> DeviceTree:
+    """``tree`` without the devices a device plugin's containers still hold (resource -> device IDs).
+
+    After a switch from device-plugin mode the kubelet keeps those pods' devices; the scheduler
+    does not know them, so they stay out of the slices until the kubelet frees them.
+    """
+    out = {}
+    for resource, devices in tree.items():
+        gone = set(held.get(resource, ())) & devices.devices.keys()
+        out[resource] = devices if not gone else replace(devices, devices={
+            i: replace(d, healthy=False) if i in gone else d for i, d in devices.devices.items()})
+    return out
 
 
 def slice_name(node_name: str, pool: Pool, index: int) -> str:

@@ -37,8 +37,6 @@ from deviceplugin.protocol.server import listen
 
 events = EventLog(__name__)
 
-#: The kubelet's plugin watcher looks here for registration sockets (it follows the kubelet's --root-dir).
-PLUGINS_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 #: ``PluginInfo.type`` of a DRA plugin, as pluginregistration/v1's constants.go names it.
 PLUGIN_TYPE = "DRAPlugin"
 #: The service this plugin serves, written as the kubelet 1.36 matches it in ``supported_versions``.

@@ -16,7 +16,8 @@ SAMPLES = {
     "cdi-dir": "/run/cdi", "metrics-address": "127.0.0.1:9464", "pod-resources-socket": "/k/pr.sock",
     "nfd": "false", "nfd-features-dir": "/nfd", "slot-scope": "numa-node", "unthrottle-exclusive": "false",
     "infra-record": "false", "untaint-node": "false", "per-cpu-metrics": "true", "cgroup-scan-seconds": "5",
-    "irq-steering": "exclusive,exclusive-non-isolcpus", "irq-dir": "/host/proc/irq",
+    "irq-steering": "exclusive,exclusive-non-isolcpus", "irq-dir": "/host/proc/irq", "mode": "dra",
+    "plugins-registry-dir": "/k/plugins_registry", "plugins-dir": "/k/plugins",
 }
 
 
