@@ -22,7 +22,7 @@ prefix), so an unchanged slice keeps its name and a republish of equal content w
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -30,9 +30,11 @@ from urllib.parse import quote, urlencode
 from deviceplugin.host.kubeapi import CONFLICT, NOT_FOUND, ApiError, KubeApi
 from deviceplugin.host.nodeapi import node_path
 from deviceplugin.model.resourceslices import DRIVER_NAME
-from deviceplugin.model.slicesync import slice_changes
+from deviceplugin.model.slicesync import next_generation, slice_changes
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+#: The slices, or a function giving them for a pool generation.
+Wanted = Sequence[Mapping[str, Any]] | Callable[[int], Sequence[Mapping[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -81,10 +83,13 @@ def _delete(api: KubeApi, resource_slice: Mapping[str, Any], preconditions: dict
     return True
 
 
-def _sync(api: KubeApi, node_name: str, wanted: Sequence[Mapping[str, Any]], reference: Mapping[str, Any],
-          driver: str, written: _Written) -> None:
+def _sync(api: KubeApi, node_name: str, slices: Wanted, reference: Mapping[str, Any], driver: str,
+          written: _Written) -> set[str]:
+    """One list and its writes; the wanted slices' names."""
+    current = listed(api, node_name, driver)
+    wanted = slices(next_generation(current)) if callable(slices) else slices
     least = max((int(w["spec"]["pool"]["generation"]) for w in wanted), default=1)
-    changes = slice_changes(listed(api, node_name, driver), wanted, owner=reference, least_generation=least)
+    changes = slice_changes(current, wanted, owner=reference, least_generation=least)
     for old in changes.delete:
         metadata = old["metadata"]
         if _delete(api, old, {"uid": metadata["uid"], "resourceVersion": metadata["resourceVersion"]}):
@@ -95,25 +100,27 @@ def _sync(api: KubeApi, node_name: str, wanted: Sequence[Mapping[str, Any]], ref
     for new in changes.create:
         api.request("POST", SLICES, new, what=f"resourceslice {new['metadata']['name']}")
         written.created.add(new["metadata"]["name"])
+    return {w["metadata"]["name"] for w in wanted}
 
 
-def publish(api: KubeApi, node_name: str, slices: Sequence[Mapping[str, Any]], *,
-            reference: Mapping[str, Any] | None = None, driver: str = DRIVER_NAME) -> Published:
+def publish(api: KubeApi, node_name: str, slices: Wanted, *, reference: Mapping[str, Any] | None = None,
+            driver: str = DRIVER_NAME) -> Published:
     """Make the node's slices of ``driver`` on the API server exactly ``slices`` (``resource_slices``' manifests).
 
-    Each slice gets ``reference`` (the Node's ownerReference; read with :func:`owner` when not
-    given). The pool generation is the publisher's (``model/slicesync.py``): the slices' own is the
-    least a write uses. Raises :class:`~deviceplugin.host.kubeapi.ApiError`; a 409 is retried once.
+    ``slices`` may also be a function of the generation (``partial(resource_slices, ...)``), called
+    with the one after the highest listed. Each slice gets ``reference`` (the Node's ownerReference;
+    read with :func:`owner` when not given). The pool generation is the publisher's
+    (``model/slicesync.py``): the slices' own is the least a write uses. Raises
+    :class:`~deviceplugin.host.kubeapi.ApiError`; a 409 is retried once.
     """
     reference = reference if reference is not None else owner(api, node_name)
     written = _Written()
     try:
-        _sync(api, node_name, slices, reference, driver, written)
+        names = _sync(api, node_name, slices, reference, driver, written)
     except ApiError as err:
         if err.status != CONFLICT:
             raise
-        _sync(api, node_name, slices, reference, driver, written)  # listed again: the other writer's change is seen
-    names = {s["metadata"]["name"] for s in slices}
+        names = _sync(api, node_name, slices, reference, driver, written)  # listed again: the other writer's change is seen
     return Published(created=len(written.created), updated=len(written.updated), deleted=len(written.deleted),
                      unchanged=len(names - written.created - written.updated))
 

@@ -53,6 +53,11 @@ def _owned(wanted: Mapping[str, Any], owner: Mapping[str, Any] | None, generatio
     return result
 
 
+def next_generation(listed: Sequence[Mapping[str, Any]]) -> int:
+    """One above the highest generation of the listed slices (1 for none): the least a rewrite of the pool uses."""
+    return max((_generation(s) for s in listed), default=0) + 1
+
+
 def slice_changes(listed: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]], *,
                   owner: Mapping[str, Any] | None, least_generation: int = 1) -> SliceChanges:
     """The writes that make ``listed`` (the node's slices of the driver, as the API server listed them) ``wanted``.

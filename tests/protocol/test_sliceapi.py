@@ -168,3 +168,20 @@ def test_delete_all_removes_the_nodes_slices_and_counts_them(api: Served) -> Non
     assert delete_all(KubeApi(api.account), "n1") == len(slices(exclusive=4))
     assert held(api) == {}
     assert delete_all(KubeApi(api.account), "n1") == 0
+
+
+def test_slices_given_as_a_function_of_the_generation_are_built_for_the_next_one(api: Served) -> None:
+    """As the daemon gives them (``partial(resource_slices, ...)``): a restarted daemon does not know the generation."""
+    asked: list[int] = []
+
+    def slices_at(generation: int) -> list[dict[str, Any]]:
+        asked.append(generation)
+        return slices(exclusive=4 if len(asked) < 3 else 2, generation=generation)
+
+    publish(KubeApi(api.account), "n1", slices_at)
+    publish(KubeApi(api.account), "n1", slices_at)
+    publish(KubeApi(api.account), "n1", slices_at)
+
+    assert asked == [1, 2, 2]
+    assert {s["spec"]["pool"]["generation"] for s in held(api).values()} == {2}
+    assert devices(held(api)) == devices(slices(exclusive=2))
