@@ -1,23 +1,15 @@
 """The node's ResourceSlices on the API server: published (created, replaced, deleted) and removed.
 
-What the writes are is pure (``model/slicesync.py``); this module lists, writes and counts. It
-follows ``k8s.io/dynamic-resource-allocation/resourceslice``'s controller (``resourceslicecontroller.go``)
-as the kubelet plugin library runs it for a node-local driver:
-
-- the node's slices are listed with the field selector ``spec.nodeName=<node>,spec.driver=<driver>``,
-  so another node's or another driver's slices are never seen, let alone touched;
-- the owner is the Node (``apiVersion: v1``, ``kind: Node``, its name, and its uid read once from
-  ``GET /api/v1/nodes/<node>``), set as an ownerReference with ``controller: true`` and without
-  ``blockOwnerDeletion``, as the controller sets it: the garbage collector deletes the slices with
-  their Node, and the RBAC needs no permission on the Node beyond ``get``;
-- obsolete slices are deleted first, with the listed uid and resourceVersion as preconditions, and a
-  404 on delete is not an error (someone deleted it already); then updates, then creates;
-- where the controller keeps an informer and requeues on a conflict, this lists once per publish
-  and, on a 409 (a slice changed or appeared between the list and the write), lists again and tries
-  once more; a second conflict is the caller's to retry later.
-
-Unlike the controller, slice names are ours (``<node>-cmk-<pool>-<n>``, not a generated index
-prefix), so an unchanged slice keeps its name and a republish of equal content writes nothing.
+What to write is pure (``model/slicesync.py``); this module lists, writes and counts, as
+``k8s.io/dynamic-resource-allocation/resourceslice``'s controller (``resourceslicecontroller.go``) does
+for a node-local driver: it lists with the field selector ``spec.nodeName=<node>,spec.driver=<driver>``
+(another node's or driver's slices are never touched); the owner is the Node (``v1``/``Node``, its name,
+the uid read from ``GET /api/v1/nodes/<node>``) with ``controller: true`` and no ``blockOwnerDeletion``,
+so the garbage collector deletes the slices with their Node; obsolete slices go first, deleted with the
+listed uid and resourceVersion as preconditions (a 404 is not an error), then updates, then creates.
+Where the controller keeps an informer and requeues, this lists once per publish and, on a 409, lists
+again and tries once more. Unlike the controller's generated names, ours are ``<node>-cmk-<pool>-<n>``,
+so an unchanged slice keeps its name and equal content writes nothing. Why: ``docs/design/dra.md``.
 """
 
 from __future__ import annotations

@@ -49,15 +49,15 @@ class Store:
     #: (method, path without query) -> (status, message): answered instead of the store.
     refuse: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     before: Callable[[Seen], None] | None = None
-    _version: int = 0
+    version: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def put(self, path: str, obj: Object) -> Object:
         """Store ``obj`` at ``path`` as the API server would: a new resourceVersion, a uid kept or made."""
-        self._version += 1
+        self.version += 1
         obj = copy.deepcopy(obj)
         metadata = obj.setdefault("metadata", {})
-        metadata["resourceVersion"] = str(self._version)
+        metadata["resourceVersion"] = str(self.version)
         metadata.setdefault("uid", str(uuid.uuid4()))
         self.objects[path] = obj
         return obj
@@ -128,7 +128,7 @@ class Handler(BaseHTTPRequestHandler):
             selector = parse_qs(query).get("fieldSelector", [""])[0]
             items = [copy.deepcopy(obj) for key, obj in sorted(store.objects.items())
                      if key.rpartition("/")[0] == path and _matches(obj, selector)]
-            return 200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": str(store._version)},
+            return 200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": str(store.version)},
                          "items": items}
         if method == "POST":
             target = f"{path}/{body['metadata']['name']}"
