@@ -49,7 +49,7 @@ class DraLink:
 
     node_name: str
     #: publish the node's slices (replacing the ones it has); raises on a refusal
-    publish: Callable[[SlicesAt], None]
+    publish: Callable[[SlicesAt], object]
     claims: ClaimSource
     #: the device plugins' holdings (resource -> IDs) from pod resources; None when unknown
     held: Callable[[], Mapping[str, frozenset[str]] | None] = dict

@@ -131,8 +131,9 @@ class DraPlugin(dra_grpc.DRAPluginServicer):
             state = dict(self._prepared)
             for claim in request.claims:
                 name = f"{claim.namespace}/{claim.name}"
-                try:
-                    allocated = self._source.allocated(claim.namespace, claim.name, claim.uid)
+                try:  # a claim prepared already keeps its answer: no need to read it again
+                    allocated = () if claim.uid in state else self._source.allocated(claim.namespace, claim.name,
+                                                                                       claim.uid)
                     state[claim.uid] = prepare(state, claim.uid, name, allocated, self._index,
                                                driver=self.driver, pool_name=self.pool_name)
                 except CmkError as err:
