@@ -221,6 +221,8 @@ def _serve(args: argparse.Namespace, *, collect: bool = True) -> int:
                 _write_nfd(daemon, args.nfd_features_dir, cleanup)
             if args.untaint_node:
                 _untaint(daemon, args, cleanup)
+            if args.mode is ServingMode.DEVICE_PLUGIN:
+                _delete_slices(args)
             # The topology, plan and device tree live as long as the process: keep the cyclic
             # collector from re-scanning them, so its pauses stay out of Allocate's latency.
             gc.freeze()
@@ -273,6 +275,36 @@ def _untaint(daemon: Daemon, args: argparse.Namespace, cleanup: ExitStack) -> No
     untaint = Untaint(node, lambda: daemon.registered, remove_pools_not_ready)
     untaint.start()
     cleanup.callback(untaint.stop)
+
+
+def _delete_slices(args: argparse.Namespace) -> None:
+    """A node leaving DRA mode: delete its ResourceSlices (in a thread: the start never waits on the API server).
+
+    Never both names on one node: a slice left would let the scheduler place a claim on cores the
+    device plugins give out. Outside a pod there is no node of ours to clean.
+    """
+    import threading
+
+    from deviceplugin.cli.configfile import node_name
+    from deviceplugin.host.kubeapi import KubeApi, in_cluster
+    from deviceplugin.host.sliceapi import delete_all
+
+    node = node_name(args.node_name)
+    if node is None or not in_cluster():
+        return
+
+    def delete() -> None:
+        try:
+            deleted = delete_all(KubeApi(), node)
+        except Exception as err:  # noqa: BLE001 - the API server's refusal or absence: say it; the next start tries again
+            events.warning("slices_undeleted", f"cannot delete the ResourceSlices of node {node} a DRA mode left: {err}",
+                           node=node, error=str(err))
+            return
+        if deleted:
+            events.info("slices_deleted", f"deleted the {deleted} ResourceSlices of node {node} a DRA mode left",
+                        node=node, slices=deleted)
+
+    threading.Thread(target=delete, name="cmk-delete-slices", daemon=True).start()
 
 
 def _write_nfd(daemon: Daemon, directory: Path, cleanup: ExitStack) -> None:

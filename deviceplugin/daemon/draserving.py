@@ -12,7 +12,7 @@ kubelet frees it. Why it works this way: ``docs/design/dra.md``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,6 +23,7 @@ import grpc
 from deviceplugin.daemon.settings import DaemonSettings
 from deviceplugin.events import EventLog
 from deviceplugin.host.claimfile import ClaimFile
+from deviceplugin.model.claims import AllocatedDevice, ClaimError
 from deviceplugin.model.devices import DeviceTree, PoolDevices
 from deviceplugin.model.resourceslices import DRIVER_NAME, resource_slices, unheld
 from deviceplugin.protocol.draplugin import ClaimSource, DraPlugin, Registration, serve
@@ -60,14 +61,11 @@ class DraServing:
     def __init__(self, settings: DaemonSettings, tree: DeviceTree, isolated: frozenset[int], link: DraLink, *,
                  recheck: float) -> None:
         self._link, self._isolated, self._recheck = link, isolated, recheck
-        self.registration_socket = settings.plugins_registry_dir / REGISTRATION_SOCKET
-        self.service_socket = settings.plugins_dir / DRIVER_NAME / SERVICE_SOCKET
+        self.sockets = DriverSockets(settings)
         self.checkpoint = checkpoint_path(settings)
         self._tree: DeviceTree = tree
         self._refused: frozenset[str] = frozenset()
         self._plugin: DraPlugin | None = None
-        self._registration: Registration | None = None
-        self._grpc: list[grpc.Server] = []
         #: the PoolServers interface: DRA mode has no device-plugin servers
         self.servers: dict[str, PoolServer] = {}
         self._published = False
@@ -81,17 +79,10 @@ class DraServing:
     def serve(self, tree: DeviceTree, *, refused: frozenset[str] = frozenset(),
               wires: Mapping[str, bytes] | None = None) -> None:
         """Serve both sockets and publish ``tree`` but the ``refused`` pools (``wires``: device plugins' only)."""
-        self.service_socket.parent.mkdir(parents=True, exist_ok=True)
-        self.registration_socket.parent.mkdir(parents=True, exist_ok=True)
         if self._plugin is None:  # one plugin for the process: its prepared claims outlive re-serving
             self._plugin = DraPlugin(tree, self._link.claims, ClaimFile(self.checkpoint),
                                      pool_name=self._link.node_name, where=str(self.checkpoint))
-        self._grpc.append(serve(self.service_socket, self._plugin))
-        self._registration = Registration(self.service_socket)
-        self._grpc.append(serve(self.registration_socket, self._registration))
-        events.info("dra_serving", f"serving DRA driver {DRIVER_NAME} on {self.service_socket}, registration at "
-                    f"{self.registration_socket}", driver=DRIVER_NAME, socket=str(self.service_socket),
-                    registration=str(self.registration_socket))
+        self.sockets.start(self._plugin)
         self._want(tree, refused)
         if self._thread is None:
             self._thread = threading.Thread(target=self._publish_loop, name="cmk-dra-publish", daemon=True)
@@ -105,12 +96,7 @@ class DraServing:
 
         A restarted daemon publishes them again; one leaving DRA mode deletes them at its start.
         """
-        for server in self._grpc:
-            server.stop(None).wait()
-        self._grpc.clear()
-        for socket in (self.registration_socket, self.service_socket):
-            socket.unlink(missing_ok=True)
-        self._registration = None
+        self.sockets.stop()
         if not wait:  # the process is exiting: the publisher goes with it
             with self._wake:
                 self._stopping = True
@@ -118,8 +104,7 @@ class DraServing:
 
     def registered_resources(self) -> frozenset[str]:
         """Every pool served, once the kubelet registered the driver and its slices are published."""
-        registration = self._registration
-        if registration is None or not registration.status.registered or not self._published:
+        if not self.sockets.registered or not self._published:
             return frozenset()
         return frozenset(self._tree) - self._refused
 
@@ -142,6 +127,9 @@ class DraServing:
             self._tree, self._refused, self._dirty = tree, refused, True
             self._wake.notify()
 
+    def _slices(self, tree: DeviceTree, generation: int) -> list[dict[str, Any]]:
+        return resource_slices(tree, self._isolated, node_name=self._link.node_name, generation=generation)
+
     def _publish_loop(self) -> None:
         """Publish when the tree or the device plugins' holdings change; retry while the API server refuses."""
         last: DeviceTree | None = None
@@ -163,7 +151,7 @@ class DraServing:
             if want == last:
                 continue
             try:
-                self._link.publish(partial(resource_slices, want, self._isolated, node_name=self._link.node_name))
+                self._link.publish(partial(self._slices, want))
             except Exception as err:  # noqa: BLE001 - the API server's refusal or any surprise: say it, try again
                 events.warning("slices_unpublished", f"cannot publish the ResourceSlices of node {self._link.node_name}: "
                                f"{err} (retrying in {retry:g} s)", node=self._link.node_name, error=str(err),
@@ -180,6 +168,86 @@ class DraServing:
                         + ", ".join(f"{r} {n}" for r, n in devices.items())
                         + (f"; {out} devices still held by device-plugin containers left out" if out else ""),
                         node=self._link.node_name, devices=devices, held_out=out)
+
+
+class DriverSockets:
+    """The driver's two sockets: the plugin watcher's registration and the ``dra/v1`` service."""
+
+    def __init__(self, settings: DaemonSettings) -> None:
+        self.registration_socket = settings.plugins_registry_dir / REGISTRATION_SOCKET
+        self.service_socket = settings.plugins_dir / DRIVER_NAME / SERVICE_SOCKET
+        self._registration: Registration | None = None
+        self._servers: list[grpc.Server] = []
+
+    def start(self, plugin: DraPlugin) -> None:
+        """Serve ``plugin``, then registration: the kubelet dials the service as soon as it hears of it."""
+        self.service_socket.parent.mkdir(parents=True, exist_ok=True)
+        self.registration_socket.parent.mkdir(parents=True, exist_ok=True)
+        self._servers.append(serve(self.service_socket, plugin))
+        self._registration = Registration(self.service_socket)
+        self._servers.append(serve(self.registration_socket, self._registration))
+        events.info("dra_serving", f"serving DRA driver {DRIVER_NAME} on {self.service_socket}, registration at "
+                    f"{self.registration_socket}", driver=DRIVER_NAME, socket=str(self.service_socket),
+                    registration=str(self.registration_socket))
+
+    def stop(self) -> None:
+        """Stop both and remove the sockets: the kubelet's plugin watcher then drops the driver."""
+        for server in self._servers:
+            server.stop(None).wait()
+        self._servers.clear()
+        for socket in (self.registration_socket, self.service_socket):
+            socket.unlink(missing_ok=True)
+        self._registration = None
+
+    @property
+    def registered(self) -> bool:
+        """The kubelet said it registered the driver on the sockets served now."""
+        registration = self._registration
+        return registration is not None and bool(registration.status.registered)
+
+
+class NoNewClaims:
+    """The claim source of a node back in device-plugin mode: its slices are gone, so nothing new is prepared."""
+
+    def allocated(self, namespace: str, name: str, uid: str) -> Sequence[AllocatedDevice]:
+        raise ClaimError(f"this node serves the cmk pools through device plugins now (mode device-plugin), so claim "
+                         f"{namespace}/{name} cannot be prepared here: delete the pod so it is scheduled again")
+
+
+class LeftoverClaims:
+    """Device-plugin mode on a node whose DRA mode left prepared claims: their pods still run on those cores.
+
+    Until the kubelet unprepares the last of them (their pods deleted), the driver stays registered
+    so it can, nothing new is prepared, and the claims' cores stay out of the device plugins
+    (``claimed``), so no CPU is given twice across a switch back.
+    """
+
+    def __init__(self, settings: DaemonSettings, tree: DeviceTree, on_unprepared: Callable[[], None]) -> None:
+        self.sockets = DriverSockets(settings)
+        self.checkpoint = checkpoint_path(settings)
+        self._plugin = DraPlugin(tree, NoNewClaims(), ClaimFile(self.checkpoint), pool_name="",
+                                 where=str(self.checkpoint), on_unprepared=on_unprepared)
+
+    @classmethod
+    def found(cls, settings: DaemonSettings, tree: DeviceTree,
+              on_unprepared: Callable[[], None]) -> LeftoverClaims | None:
+        """The leftover claims of this node's checkpoint; None when it holds none."""
+        leftover = cls(settings, tree, on_unprepared)
+        return leftover if leftover.claimed() else None
+
+    def start(self) -> None:
+        claims = len(self._plugin.prepared)
+        events.warning("dra_claims_left", f"{claims} claims DRA mode prepared are still held ({self.checkpoint}): their "
+                       "cores stay out of the device plugins until the kubelet unprepares them (delete their pods)",
+                       claims=claims, checkpoint=str(self.checkpoint))
+        self.sockets.start(self._plugin)
+
+    def claimed(self) -> frozenset[str]:
+        """The device names prepared claims still hold."""
+        return frozenset(device.device_name for devices in self._plugin.prepared.values() for device in devices)
+
+    def stop(self) -> None:
+        self.sockets.stop()
 
 
 def checkpoint_path(settings: DaemonSettings) -> Path:

@@ -14,7 +14,7 @@ import threading
 from api.constants import KUBELET_SOCKET_NAME
 from deviceplugin.daemon import nodefiles
 from deviceplugin.daemon.cpumanager import CpuManager
-from deviceplugin.daemon.draserving import DraLink, DraServing
+from deviceplugin.daemon.draserving import DraLink, DraServing, LeftoverClaims
 from deviceplugin.daemon.held import HeldCores
 from deviceplugin.daemon.irqsteerer import IrqSteering
 from deviceplugin.daemon.serving import PoolServers
@@ -32,6 +32,8 @@ from deviceplugin.model.irqsteer import held_cpus, housekeeping
 from deviceplugin.model.modes import ServingMode
 from deviceplugin.model.node import NodePlan, plan_node
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
+from deviceplugin.model.resourceslices import device_name
+from deviceplugin.model.topology import Core
 from deviceplugin.model.withheld import Withheld
 from deviceplugin.protocol.registration import kubelet_listens, socket_identity
 from deviceplugin.protocol.server import PoolServer, Preference
@@ -62,12 +64,16 @@ class Daemon:
         self._kubelet_seen = self.kubelet_socket.exists()  # a kubelet.sock created after this one: a restart
         self._wakes = Wakes()
         self._pools: PoolServers | DraServing
+        #: device-plugin mode: claims a DRA mode before left prepared (their cores stay out); None: none
+        self._leftover: LeftoverClaims | None = None
+        self._claimed: frozenset[Core] = frozenset()
         if settings.mode is ServingMode.DRA:
             if dra is None:
                 raise CmkError("--mode dra needs the node's name and the API server: run it in the DaemonSet's pod "
                                "(docs/user/dra.md), or use --mode device-plugin")
             self._pools = DraServing(settings, self.tree, self.topology.isolated, dra, recheck=settings.held_recheck)
         else:
+            self._leftover = LeftoverClaims.found(settings, self.tree, lambda: self._wakes.put(Wake.HELD))
             self._pools = PoolServers(settings.kubelet_dir, self.kubelet_socket, install_dir=settings.install_dir,
                                       prefer=prefer, cdi=settings.cdi_dir is not None,
                                       config_ok=settings.config_problem is None, observer=self.observers,
@@ -111,6 +117,8 @@ class Daemon:
         # Watch before serving: a kubelet starting between the two would delete our new sockets unseen,
         # and the pools would stay unserved (each Register then finds its socket gone and stops).
         self._start_watcher(self._plugin_dir_watcher())
+        if self._leftover is not None:
+            self._leftover.start()
         self._serve()
         self._start_watcher(cpu_watcher(settings.sysfs_root, lambda: self._wakes.put(Wake.CPUS)))
         self._wakes.put(Wake.CPUS)  # a CPU that changed before the watcher started
@@ -141,6 +149,8 @@ class Daemon:
         self._watchers.clear()
         served = len(self._pools.servers)
         self._pools.stop(wait=False)  # exiting: no new server of ours will bind the sockets
+        if self._leftover is not None:
+            self._leftover.stop()
         if served:
             events.info("serving_stopped", f"stopped serving {served} pools; sockets removed", pools=served)
         self._lock.release()
@@ -266,10 +276,25 @@ class Daemon:
 
     def _learn_held(self) -> None:
         withheld = self._held.learn(self.plan)
-        if withheld is not None:
-            self._push(self.node.tree_now(self._online, withheld), self._online)
+        claimed = self._learn_claimed()
+        if withheld is not None or claimed:
+            self._push(self.node.tree_now(self._online, self._held.cores | self._claimed), self._online)
         if self._irqs is not None:
             self._irqs.update(self._steered_held(), self._housekeeping())
+
+    def _learn_claimed(self) -> bool:
+        """Keep the cores leftover DRA claims hold out; True when that set changed. The last one gone: stop its driver."""
+        leftover = self._leftover
+        if leftover is None:
+            return False
+        names = leftover.claimed()
+        claimed = frozenset(core for core, device_id in self.node.core_ids.items() if device_name(device_id) in names)
+        changed, self._claimed = claimed != self._claimed, claimed
+        if not names:
+            leftover.stop()
+            self._leftover = None
+            events.info("dra_claims_gone", "the last claim DRA mode prepared is unprepared: its driver is deregistered")
+        return changed
 
     def _due(self) -> float | None:
         """When pod resources are next read: to give back a withheld core, or for IRQ steering's round."""
@@ -294,7 +319,7 @@ class Daemon:
             return
         if online == self._online:  # the tree is of these CPUs already (the start's own check lands here)
             return
-        self._push(self.node.tree_now(online, self._held.cores), online)
+        self._push(self.node.tree_now(online, self._held.cores | self._claimed), online)
 
     def _push(self, new: DeviceTree, online: frozenset[int]) -> None:
         """Serve ``new``: changed snapshots go to their servers (health changes are logged)."""

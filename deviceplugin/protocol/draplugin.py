@@ -9,7 +9,7 @@ reads back exactly what was given. Not yet wired into the daemon: ``docs/design/
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -97,9 +97,12 @@ class DraPlugin(dra_grpc.DRAPluginServicer):
     """Prepares claims from the node's devices, checkpointing each change before answering."""
 
     def __init__(self, tree: DeviceTree, source: ClaimSource, store: ClaimStore, *, pool_name: str,
-                 driver: str = DRIVER_NAME, where: str = "the prepared-claims checkpoint") -> None:
+                 driver: str = DRIVER_NAME, where: str = "the prepared-claims checkpoint",
+                 on_unprepared: Callable[[], None] | None = None) -> None:
         self._index = published_index(tree)
         self._source, self._store = source, store
+        #: called (from a gRPC thread) after claims were unprepared and the checkpoint saved
+        self._on_unprepared = on_unprepared
         self.pool_name, self.driver = pool_name, driver
         self._lock = threading.Lock()
         try:
@@ -156,6 +159,8 @@ class DraPlugin(dra_grpc.DRAPluginServicer):
             failed = self._save(state) if len(state) != len(self._prepared) else None
             for claim in request.claims:
                 response.claims[claim.uid].error = failed or ""
+        if self._on_unprepared is not None and not failed:
+            self._on_unprepared()
         return response
 
 
