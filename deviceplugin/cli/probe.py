@@ -10,7 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
-from api.constants import DEVICE_PLUGIN_DIR
+from api.constants import DEVICE_PLUGIN_DIR, PLUGINS_DIR
 from deviceplugin.cli.converters import seconds
 from deviceplugin.errors import CmkError, os_reason
 from deviceplugin.model.plan import RESOURCE_NAMES
@@ -30,9 +30,23 @@ def daemon_sockets(kubelet_dir: Path) -> list[Path]:
         raise CmkError(f"cannot look into --kubelet-dir {kubelet_dir}: {os_reason(err)}") from None
 
 
+def dra_socket(plugins_dir: Path) -> Path | None:
+    """DRA mode's service socket, where the daemon serves it (None: not there)."""
+    from deviceplugin.model.resourceslices import DRIVER_NAME
+
+    path = plugins_dir / DRIVER_NAME / "dra.sock"
+    try:
+        return path if path.exists() or path.is_symlink() else None
+    except OSError as err:
+        raise CmkError(f"cannot look into --plugins-dir {plugins_dir}: {os_reason(err)}") from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubelet-dir", type=Path, default=Path(DEVICE_PLUGIN_DIR), metavar="DIR",
                         help=f"the kubelet's device-plugin directory (default: {DEVICE_PLUGIN_DIR})")
+    parser.add_argument("--plugins-dir", type=Path, default=Path(PLUGINS_DIR), metavar="DIR",
+                        help="where a daemon in DRA mode serves its driver's socket, asked when no device-plugin "
+                             f"socket is in --kubelet-dir (default: {PLUGINS_DIR})")
     parser.add_argument("--timeout", type=seconds(3600, zero=False), default=2.0, metavar="SECONDS",
                         help="deadline of each socket's GetDevicePluginOptions call (default: 2)")
     parser.add_argument("--require-good-config", action="store_true",
@@ -40,8 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(for the readiness probe: a rollout of a bad config stops at the first node)")
 
 
-def _dial(path: Path, timeout: float, require_good_config: bool = False) -> str | None:
-    """None if the plugin at ``path`` answers and the kubelet holds its stream, else why not."""
+def _dial(path: Path, timeout: float, require_good_config: bool = False, *, dra: bool = False) -> str | None:
+    """None if the plugin at ``path`` answers and the kubelet holds its stream, else why not.
+
+    ``dra``: the DRA driver's socket, whose health check alone says it answers, the kubelet
+    registered it and its slices are published.
+    """
     import grpc
 
     from api.health.v1 import health_pb2, health_pb2_grpc
@@ -52,8 +70,9 @@ def _dial(path: Path, timeout: float, require_good_config: bool = False) -> str 
 
     with grpc.insecure_channel(f"unix://{os.path.abspath(path)}") as channel:
         try:
-            deviceplugin_pb2_grpc.DevicePluginStub(channel).GetDevicePluginOptions(
-                deviceplugin_pb2.Empty(), timeout=timeout, wait_for_ready=False)
+            if not dra:
+                deviceplugin_pb2_grpc.DevicePluginStub(channel).GetDevicePluginOptions(
+                    deviceplugin_pb2.Empty(), timeout=timeout, wait_for_ready=False)
         except grpc.RpcError as err:
             return f"{path} does not answer GetDevicePluginOptions ({err.code().name}: {err.details()})"
         services = [""] + ([CONFIG_SERVICE] if require_good_config else [])
@@ -64,6 +83,8 @@ def _dial(path: Path, timeout: float, require_good_config: bool = False) -> str 
         except grpc.RpcError as err:
             return f"{path} does not answer the gRPC health check ({err.code().name}: {err.details()})"
     if not serving[0]:
+        if dra:
+            return f"{path} answers but the kubelet has not registered the driver or its slices are not published yet"
         return f"{path} answers but the kubelet holds no ListAndWatch stream to it (not registered)"
     if not all(serving):
         return f"{path}: the daemon refused its config and serves its last good plan (see the daemon's log)"
@@ -73,8 +94,15 @@ def _dial(path: Path, timeout: float, require_good_config: bool = False) -> str 
 def run(args: argparse.Namespace) -> int:
     sockets = daemon_sockets(args.kubelet_dir)
     if not sockets:
-        raise CmkError(f"no cmk device-plugin socket in {args.kubelet_dir}: the daemon is not serving "
-                       "(see its log)")
+        dra = dra_socket(args.plugins_dir)
+        if dra is None:
+            raise CmkError(f"no cmk device-plugin socket in {args.kubelet_dir} and no DRA driver socket in "
+                           f"{args.plugins_dir}: the daemon is not serving (see its log)")
+        problem = _dial(dra, args.timeout, args.require_good_config, dra=True)
+        if problem:
+            raise CmkError(problem + " (see the daemon's log)")
+        print(f"ready: {dra} answers, the kubelet registered the driver and its slices are published")
+        return 0
     failures = [problem for path in sockets if (problem := _dial(path, args.timeout, args.require_good_config))]
     if failures:
         raise CmkError("; ".join(failures) + " (see the daemon's log)")

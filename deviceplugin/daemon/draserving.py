@@ -27,7 +27,7 @@ from deviceplugin.model.claims import AllocatedDevice, ClaimError
 from deviceplugin.model.devices import DeviceTree, PoolDevices
 from deviceplugin.model.resourceslices import DRIVER_NAME, resource_slices, unheld
 from deviceplugin.protocol.draplugin import ClaimSource, DraPlugin, Registration, serve
-from deviceplugin.protocol.server import PoolServer
+from deviceplugin.protocol.server import PoolServer, ReadyHealth
 
 events = EventLog(__name__)
 
@@ -49,7 +49,7 @@ class DraLink:
 
     node_name: str
     #: publish the node's slices (replacing the ones it has); raises on a refusal
-    publish: Callable[[SlicesAt], None]
+    publish: Callable[[SlicesAt], object]
     claims: ClaimSource
     #: the device plugins' holdings (resource -> IDs) from pod resources; None when unknown
     held: Callable[[], Mapping[str, frozenset[str]] | None] = dict
@@ -61,6 +61,7 @@ class DraServing:
     def __init__(self, settings: DaemonSettings, tree: DeviceTree, isolated: frozenset[int], link: DraLink, *,
                  recheck: float) -> None:
         self._link, self._isolated, self._recheck = link, isolated, recheck
+        self._config_ok = settings.config_problem is None
         self.sockets = DriverSockets(settings)
         self.checkpoint = checkpoint_path(settings)
         self._tree: DeviceTree = tree
@@ -82,7 +83,7 @@ class DraServing:
         if self._plugin is None:  # one plugin for the process: its prepared claims outlive re-serving
             self._plugin = DraPlugin(tree, self._link.claims, ClaimFile(self.checkpoint),
                                      pool_name=self._link.node_name, where=str(self.checkpoint))
-        self.sockets.start(self._plugin)
+        self.sockets.start(self._plugin, ready=lambda: self._published, config_ok=self._config_ok)
         self._want(tree, refused)
         if self._thread is None:
             self._thread = threading.Thread(target=self._publish_loop, name="cmk-dra-publish", daemon=True)
@@ -179,11 +180,15 @@ class DriverSockets:
         self._registration: Registration | None = None
         self._servers: list[grpc.Server] = []
 
-    def start(self, plugin: DraPlugin) -> None:
-        """Serve ``plugin``, then registration: the kubelet dials the service as soon as it hears of it."""
+    def start(self, plugin: DraPlugin, *, ready: Callable[[], bool], config_ok: bool) -> None:
+        """Serve ``plugin``, then registration: the kubelet dials the service as soon as it hears of it.
+
+        ``ready``: what the service socket's health check (``cmk probe``) says beyond the registration.
+        """
         self.service_socket.parent.mkdir(parents=True, exist_ok=True)
         self.registration_socket.parent.mkdir(parents=True, exist_ok=True)
-        self._servers.append(serve(self.service_socket, plugin))
+        health = ReadyHealth(DRIVER_NAME, lambda: self.registered and ready(), lambda: config_ok)
+        self._servers.append(serve(self.service_socket, plugin, health))
         self._registration = Registration(self.service_socket)
         self._servers.append(serve(self.registration_socket, self._registration))
         events.info("dra_serving", f"serving DRA driver {DRIVER_NAME} on {self.service_socket}, registration at "
@@ -240,7 +245,7 @@ class LeftoverClaims:
         events.warning("dra_claims_left", f"{claims} claims DRA mode prepared are still held ({self.checkpoint}): their "
                        "cores stay out of the device plugins until the kubelet unprepares them (delete their pods)",
                        claims=claims, checkpoint=str(self.checkpoint))
-        self.sockets.start(self._plugin)
+        self.sockets.start(self._plugin, ready=lambda: True, config_ok=True)
 
     def claimed(self) -> frozenset[str]:
         """The device names prepared claims still hold."""

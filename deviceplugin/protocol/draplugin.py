@@ -18,6 +18,7 @@ import grpc
 
 from api.dra.v1 import api_pb2 as dra_pb
 from api.dra.v1 import api_pb2_grpc as dra_grpc
+from api.health.v1 import health_pb2_grpc
 from api.pluginregistration.v1 import api_pb2 as reg_pb
 from api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from deviceplugin.errors import CmkError, one_line
@@ -33,7 +34,7 @@ from deviceplugin.model.claims import (
 )
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.resourceslices import DRIVER_NAME
-from deviceplugin.protocol.server import listen
+from deviceplugin.protocol.server import ReadyHealth, listen
 
 events = EventLog(__name__)
 
@@ -131,8 +132,9 @@ class DraPlugin(dra_grpc.DRAPluginServicer):
             state = dict(self._prepared)
             for claim in request.claims:
                 name = f"{claim.namespace}/{claim.name}"
-                try:
-                    allocated = self._source.allocated(claim.namespace, claim.name, claim.uid)
+                try:  # a claim prepared already keeps its answer: no need to read it again
+                    allocated = () if claim.uid in state else self._source.allocated(claim.namespace, claim.name,
+                                                                                       claim.uid)
                     state[claim.uid] = prepare(state, claim.uid, name, allocated, self._index,
                                                driver=self.driver, pool_name=self.pool_name)
                 except CmkError as err:
@@ -164,8 +166,11 @@ class DraPlugin(dra_grpc.DRAPluginServicer):
         return response
 
 
-def serve(socket_path: Path, servicer: Registration | DraPlugin) -> grpc.Server:
-    """A started server of ``servicer`` on ``socket_path`` (a stale socket there is replaced)."""
+def serve(socket_path: Path, servicer: Registration | DraPlugin, health: ReadyHealth | None = None) -> grpc.Server:
+    """A started server of ``servicer`` on ``socket_path`` (a stale socket there is replaced).
+
+    ``health``: also the gRPC health check ``cmk probe`` asks (the kubelet never calls it).
+    """
     problem = f"cannot listen on {socket_path}: check that its directory exists and is writable"
 
     def add(server: grpc.Server) -> None:
@@ -173,5 +178,7 @@ def serve(socket_path: Path, servicer: Registration | DraPlugin) -> grpc.Server:
             reg_grpc.add_RegistrationServicer_to_server(servicer, server)
         else:
             dra_grpc.add_DRAPluginServicer_to_server(servicer, server)
+        if health is not None:
+            health_pb2_grpc.add_HealthServicer_to_server(health, server)
 
     return listen(socket_path, problem, add, thread_prefix="cmk-dra", workers=WORKERS)

@@ -173,7 +173,8 @@ class PoolServer(pb_grpc.DevicePluginServicer):
             raise CmkError(too_long)
         def add(server: grpc.Server) -> None:
             pb_grpc.add_DevicePluginServicer_to_server(self, server)
-            health_pb2_grpc.add_HealthServicer_to_server(_Health(self), server)
+            health_pb2_grpc.add_HealthServicer_to_server(
+                ReadyHealth(self.resource, lambda: self.streaming, lambda: self.config_ok), server)
 
         server = listen(self.socket_path, problem, add, thread_prefix=f"cmk-{self.devices.pool}")
         self._server = server
@@ -329,23 +330,24 @@ def _known(devices: PoolDevices, ids: Iterable[str]) -> tuple[str, ...]:
     return tuple(i for i in unique if i in devices.devices)
 
 
-class _Health(health_pb2_grpc.HealthServicer):
-    """The standard gRPC health check: SERVING only while the kubelet holds a stream to the pool.
+class ReadyHealth(health_pb2_grpc.HealthServicer):
+    """The standard gRPC health check ``cmk probe`` asks: SERVING only while the kubelet holds what it serves.
 
-    Service ``""`` and the pool's resource name answer; :data:`CONFIG_SERVICE`
-    is SERVING unless the daemon refused its config and serves the last good
-    plan; anything else is NOT_FOUND, as the standard says. ``cmk probe`` asks.
+    Service ``""`` and ``name`` (a pool's resource, or the DRA driver) answer ``ready()``: a device
+    plugin's ListAndWatch stream held, or the driver registered with its slices published.
+    :data:`CONFIG_SERVICE` is SERVING unless the daemon refused its config and serves the last good
+    plan; anything else is NOT_FOUND, as the standard says.
     """
 
-    def __init__(self, server: PoolServer) -> None:
-        self._server = server
+    def __init__(self, name: str, ready: Callable[[], bool], config_ok: Callable[[], bool]) -> None:
+        self._name, self._ready, self._config_ok = name, ready, config_ok
 
     def Check(self, request: health_pb2.HealthCheckRequest,
               context: grpc.ServicerContext) -> health_pb2.HealthCheckResponse:
-        if request.service not in ("", self._server.resource, CONFIG_SERVICE):
+        if request.service not in ("", self._name, CONFIG_SERVICE):
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}; "
-                          f"this socket serves {self._server.resource} and {CONFIG_SERVICE}")
-        good = self._server.config_ok if request.service == CONFIG_SERVICE else self._server.streaming
+                          f"this socket serves {self._name} and {CONFIG_SERVICE}")
+        good = self._config_ok() if request.service == CONFIG_SERVICE else self._ready()
         status = health_pb2.HealthCheckResponse.SERVING if good else health_pb2.HealthCheckResponse.NOT_SERVING
         return health_pb2.HealthCheckResponse(status=status)
 

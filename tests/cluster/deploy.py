@@ -45,6 +45,8 @@ def node_paths(node: Node) -> dict[str, str]:
         "/etc/containers/oci/hooks.d": str(node.path("hooks.d")),
         "/var/run/cdi": str(node.cdi_dir),
         "/var/lib/kubelet/pod-resources": str(node.kubelet_root / "pod-resources"),
+        "/var/lib/kubelet/plugins_registry": str(node.kubelet_root / "plugins_registry"),
+        "/var/lib/kubelet/plugins": str(node.kubelet_root / "plugins"),
         "/etc/kubernetes/node-feature-discovery/features.d": str(node.path("nfd-features.d")),
     }
     return dict(sorted(paths.items(), key=lambda item: -len(item[0])))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from deviceplugin.standin import Kubelet, KubeletOptions
+from tests.support.apiserver import api_server  # noqa: F401  (the API server stand-in)
 from tests.support.daemon import start_daemon  # noqa: F401  (fixtures the protocol tests share)
 from tests.support.plugins import plugins, registered  # noqa: F401
 from tests.support.started import StopAfter

@@ -146,6 +146,16 @@ def test_a_claim_prepared_again_keeps_its_answer_and_its_device_is_refused_to_an
     assert prepare(stub, claims.give("b", device_name(CORE_A)))["uid-b"].error == ""
 
 
+def test_a_claim_prepared_already_is_answered_from_the_checkpoint_even_once_the_api_server_lost_it(
+        start: Callable[[Claims], dra_grpc.DRAPluginStub]) -> None:
+    claims = Claims()
+    stub = start(claims)
+    first = claims.give("a", device_name(CORE_A))
+    assert prepare(stub, first)["uid-a"].error == ""
+    del claims.results["a"]  # the kubelet retries after the claim is gone from the API server (a KeyError there)
+    assert [d.device_name for d in prepare(stub, first)["uid-a"].devices] == [device_name(CORE_A)]
+
+
 def test_a_restarted_plugin_neither_loses_a_claim_nor_gives_its_core_twice(
         start: Callable[[Claims], dra_grpc.DRAPluginStub], plugin_dir: Path) -> None:
     claims = Claims()

@@ -30,7 +30,7 @@ from deviceplugin.model.plan import PlanOptions
 from deviceplugin.model.resourceslices import DRIVER_NAME, device_name
 from deviceplugin.protocol.podresources import read_assignments
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
-from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, wait_registered
+from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, probe, wait_registered
 from tests.support.started import StopAfter
 from tests.support.topologies import fixture_copy
 
@@ -119,8 +119,12 @@ def test_dra_mode_serves_one_driver_whose_slices_hold_every_pools_devices(settin
     assert (info.type, info.name, info.endpoint) == ("DRAPlugin", DRIVER_NAME,
                                                      str(dra.plugins_dir / DRIVER_NAME / "dra.sock"))
     assert not daemon.registered
+    unregistered = probe(dra.kubelet_dir, "--plugins-dir", str(dra.plugins_dir))
     registration(dra).NotifyRegistrationStatus(reg_pb.RegistrationStatus(plugin_registered=True), timeout=5)
     assert daemon.registered  # what the taint's removal and the readiness wait for
+    ready = probe(dra.kubelet_dir, "--plugins-dir", str(dra.plugins_dir))
+    assert unregistered.returncode == 1 and "has not registered the driver" in unregistered.stderr
+    assert ready.returncode == 0, ready.stderr
 
 
 def test_a_refused_publish_is_retried(settings, kubelet, daemons, monkeypatch) -> None:

@@ -109,10 +109,11 @@ def test_a_real_daemon_is_ready_only_once_the_kubelet_streams_from_every_pool(pl
 
 def test_no_daemon_socket_at_all_fails(plugin_dir):
     (plugin_dir / "kubelet.sock").touch()  # the kubelet's socket is not ours
-    result = probe(plugin_dir)
+    result = probe(plugin_dir, "--plugins-dir", str(plugin_dir / "plugins"))
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
-    assert f"no cmk device-plugin socket in {plugin_dir}: the daemon is not serving" in line
+    assert (f"no cmk device-plugin socket in {plugin_dir} and no DRA driver socket in {plugin_dir / 'plugins'}: "
+            "the daemon is not serving") in line
 
 
 def test_a_stale_socket_file_nobody_listens_on_fails(plugin_dir, serve):

@@ -195,12 +195,11 @@ def test_a_group_per_daemonset_names_the_daemonsets_node_label() -> None:
 
 def test_the_policies_are_cluster_scoped_objects_without_a_namespace() -> None:
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in render("admission"))
-    assert kinds == [("ClusterRole", "cmk-deviceplugin-untaint"), ("ClusterRoleBinding", "cmk-deviceplugin-untaint"),
-                     ("ValidatingAdmissionPolicy", "cmk-deviceplugin-untaint"),
-                     ("ValidatingAdmissionPolicy", "cmk-exclusive-cpu"), ("ValidatingAdmissionPolicy", "cmk-pool-containers"),
-                     ("ValidatingAdmissionPolicyBinding", "cmk-deviceplugin-untaint"),
-                     ("ValidatingAdmissionPolicyBinding", "cmk-exclusive-cpu"),
-                     ("ValidatingAdmissionPolicyBinding", "cmk-pool-containers")]
+    roles = ["cmk-deviceplugin-dra", "cmk-deviceplugin-untaint"]
+    policies = [*roles, "cmk-exclusive-cpu", "cmk-pool-containers"]
+    assert kinds == [*(("ClusterRole", name) for name in roles), *(("ClusterRoleBinding", name) for name in roles),
+                     *(("ValidatingAdmissionPolicy", name) for name in policies),
+                     *(("ValidatingAdmissionPolicyBinding", name) for name in policies)]
     assert all("namespace" not in o["metadata"] for o in render("admission"))
 
 
@@ -211,7 +210,7 @@ def test_every_expression_compiles_and_none_reads_the_harness_quantity_field() -
         texts += [v["expression"] for v in spec.get("variables", [])]
         texts += [v[key] for v in spec["validations"] for key in ("expression", "messageExpression") if key in v]
         texts += [v["expression"] for v in spec.get("matchConditions", [])]
-    assert len(texts) == 36
+    assert len(texts) == 40
     for text in texts:
         compile_expression(text)
         assert QUANTITY_FIELD not in text

@@ -98,6 +98,23 @@ def test_the_admission_switch_adds_exactly_deploy_admission() -> None:
     assert [added[(d["kind"], d["metadata"]["name"])]["spec"] for d in written] == [d["spec"] for d in written]
 
 
+def test_the_dra_switch_adds_exactly_deploy_dras_device_classes_and_is_off_by_default() -> None:
+    on, off = by_key(template('dra={"deviceClasses": {"enabled": true}}')), by_key(template())
+    added = {k: v for k, v in on.items() if k not in off}
+    assert added == by_key(render("dra")) and {k[0] for k in added} == {"DeviceClass"}
+    assert {k: v for k, v in on.items() if k in off} == off
+    assert not [k for k in off if k[0] == "DeviceClass"]
+
+
+@pytest.mark.parametrize("version", sorted({"1.36.0", VERSIONS[-1]}))
+def test_the_device_classes_validate_strictly_where_dra_serves_resource_names(version: str) -> None:
+    """resource.k8s.io/v1 with extendedResourceName: Kubernetes 1.36+, as test_deploy.py checks deploy/dra."""
+    classes = [d for d in template('dra={"deviceClasses": {"enabled": true}}') if d["kind"] == "DeviceClass"]
+    assert classes
+    for obj in classes:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
 def test_a_second_node_group_release_renders_the_node_group_overlay() -> None:
     """deploy/overlays/node-group-large as a release: its group, its config, its threads per core."""
     overlay = {k: v for k, v in by_key(render("overlays/node-group-large")).items() if k[0] != "Namespace"}
@@ -214,8 +231,9 @@ def test_every_rendered_object_validates_strictly(version: str) -> None:
         kubernetes_validate.validate(obj, version, strict=True)
 
 
-def test_helm_lint_passes() -> None:
-    result = helm("lint", "--strict", str(CHART))
+@pytest.mark.parametrize("settings", [(), ("--set", "admission.enabled=true", "--set", "dra.deviceClasses.enabled=true")])
+def test_helm_lint_passes(settings: tuple[str, ...]) -> None:
+    result = helm("lint", "--strict", str(CHART), *settings)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
 

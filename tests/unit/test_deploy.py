@@ -124,26 +124,33 @@ def test_no_host_proc_anywhere_but_the_irq_masks_of_the_irq_steering_overlay(whe
 
 
 @pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
-def test_the_one_api_permission_is_patching_nodes_and_comes_with_the_policy_narrowing_it(kustomization: str) -> None:
-    """deploy/admission alone grants anything: get and patch nodes to cmk-system's service accounts, each held
-    by a policy bound with Deny that matches exactly those accounts (deploy/admission/untaint.yaml)."""
+def test_the_api_permissions_are_nodes_and_dra_slices_each_with_the_policy_narrowing_it(kustomization: str) -> None:
+    """deploy/admission alone grants anything to cmk-system's service accounts: get and patch nodes
+    (untaint.yaml) and DRA mode's slices and claims (dra.yaml), each role held by a policy of its name
+    bound with Deny that matches exactly those accounts."""
     rendered = render(kustomization)
     rbac = sorted((o["kind"], o["metadata"]["name"]) for o in rendered if o["kind"] in RBAC_KINDS)
     if kustomization != "admission":
         assert not rbac
     else:
-        assert rbac == [("ClusterRole", "cmk-deviceplugin-untaint"), ("ClusterRoleBinding", "cmk-deviceplugin-untaint")]
-        (role,) = objects("ClusterRole", kustomization)
-        assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
-        (binding,) = objects("ClusterRoleBinding", kustomization)
-        (group,) = [s["name"] for s in binding["subjects"]]
-        assert group == "system:serviceaccounts:cmk-system"
-        (policy,) = [p for p in objects("ValidatingAdmissionPolicy", kustomization)
-                     if p["metadata"]["name"] == binding["roleRef"]["name"]]
-        assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [f"'{group}' in request.userInfo.groups"]
-        assert policy["spec"]["failurePolicy"] == "Fail"
-        assert any(b["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
-                   for b in objects("ValidatingAdmissionPolicyBinding", kustomization))
+        names = ("cmk-deviceplugin-dra", "cmk-deviceplugin-untaint")
+        assert rbac == [(kind, name) for kind in ("ClusterRole", "ClusterRoleBinding") for name in names]
+        rules = {role["metadata"]["name"]: role["rules"] for role in objects("ClusterRole", kustomization)}
+        assert rules == {
+            "cmk-deviceplugin-untaint": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+            "cmk-deviceplugin-dra": [
+                {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+                 "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+                {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}]}
+        for binding in objects("ClusterRoleBinding", kustomization):
+            (group,) = [s["name"] for s in binding["subjects"]]
+            assert group == "system:serviceaccounts:cmk-system"
+            (policy,) = [p for p in objects("ValidatingAdmissionPolicy", kustomization)
+                         if p["metadata"]["name"] == binding["roleRef"]["name"]]
+            assert [c["expression"] for c in policy["spec"]["matchConditions"]] == [f"'{group}' in request.userInfo.groups"]
+            assert policy["spec"]["failurePolicy"] == "Fail"
+            assert any(b["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+                       for b in objects("ValidatingAdmissionPolicyBinding", kustomization))
     for account in objects("ServiceAccount", kustomization):
         assert account["automountServiceAccountToken"] is False
     for _, spec in all_pod_specs():
@@ -178,6 +185,11 @@ def test_daemon_mounts_kubelet_dirs_install_dir_and_nfd_dir_but_not_host_sys(kus
     assert by_host["/opt/bin"]["readOnly"] is True
     assert by_host["/var/lib/kubelet/pod-resources"]["readOnly"] is True
     assert by_host["/etc/kubernetes/node-feature-discovery/features.d"].get("readOnly") is not True
+    # DRA mode: the kubelet dials the paths the daemon names, so each is mounted where it is on the host
+    for kubelet_dir in ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins"):
+        (volume,) = [v for v in spec["volumes"] if v.get("hostPath", {}).get("path") == kubelet_dir]
+        assert volume["hostPath"]["type"] == "DirectoryOrCreate"
+        assert mounts[kubelet_dir]["name"] == volume["name"] and not mounts[kubelet_dir].get("readOnly")
     # the container's own /sys is the real sysfs: kernel CPU uevents are taken only there; only the host's
     # cgroup tree is laid over its fs/cgroup, read-only down to v1's per-controller mounts
     assert "/sys" not in by_host and [m for m in mounts if m.startswith("/sys")] == ["/sys/fs/cgroup"]
@@ -271,7 +283,7 @@ def test_daemon_paths_are_where_they_are_mounted(kustomization: str) -> None:
     daemon = daemon_container(kustomization)
     mounts = {m["mountPath"] for m in daemon["volumeMounts"]}
     for arg in daemon["args"]:
-        if arg.startswith(("--kubelet-dir=", "--install-dir=", "--cdi-dir=", "--config=",
+        if arg.startswith(("--kubelet-dir=", "--plugins-registry-dir=", "--plugins-dir=", "--install-dir=", "--cdi-dir=", "--config=",
                            "--pod-resources-socket=", "--nfd-features-dir=", "--irq-dir=")):
             path = arg.split("=", 1)[1]
             assert any(path == m or path.startswith(m + "/") for m in mounts), arg

@@ -1,6 +1,6 @@
 {{/*
-Every object is one of deploy/'s own files (read through the symlinks base/, admission/ and
-prometheus/), changed only where a value says so: with the default values the chart renders what
+Every object is one of deploy/'s own files (read through the symlinks base/, admission/, dra/,
+monitoring/ and prometheus/), changed only where a value says so: with the default values the chart renders what
 `kubectl kustomize deploy/base` renders (tests/unit/test_chart.py), and the two cannot drift.
 */}}
 
@@ -68,4 +68,20 @@ sections, and the daemon refuses flat keys beside them: with sections, flat keys
 
 {{- define "cmk.configName" -}}
 {{- include "cmk.hashedName" (list (printf "cmk-config%s" (include "cmk.suffix" .)) (dict "config.yaml" (include "cmk.configText" .))) }}
+{{- end }}
+
+{{/* Every object of deploy/'s files matching a glob, with the labels their kustomization puts on them:
+ARGS = (list $ GLOB). For the cluster-wide directories, whose kustomization.yaml is .helmignore'd. */}}
+{{- define "cmk.manifests" -}}
+{{- $root := index . 0 }}
+{{- range $path, $_ := $root.Files.Glob (index . 1) }}
+{{- range $text := regexSplit "(?m)^---\\s*$" ($root.Files.Get $path) -1 }}
+{{- $object := $text | fromYaml }}
+{{- if $object.kind }}
+{{- $_ := set $object.metadata "labels" (merge (include "cmk.labels" $root | fromYaml) ($object.metadata.labels | default dict)) }}
+---
+{{ toYaml $object }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
