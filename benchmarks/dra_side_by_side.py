@@ -18,9 +18,9 @@ create, wait Running, read, delete. Per side it prints create -> Running p50/p90
 clock (``kubectl create`` to the watch event showing Running), the CPUs each pod got (its process's
 ``Cpus_allowed_list`` and its cpuset), the cpuset of a BestEffort pod started beside the last one, the
 RSS of the daemon (of its ``daemon`` container) or of ``dracpu``, and, after a kubelet restart, when the
-plugins were back (device plugins: the kubelet's allocatable through its pod resources API; DRA
-drivers: the kubelet's log line registering the driver, written at ``--v=3``,
-which the restarted kubelet runs with) and when a pod created then was Running.
+plugins were back (the kubelet's log: device plugins, its line taking the plugin's healthy devices; DRA
+drivers, its line registering the driver, written at ``--v=3``, which the restarted kubelet runs with)
+and when the first pod created then that the kubelet admits was Running (and how many it refused first).
 
     python benchmarks/dra_side_by_side.py [--pods 20]
 
@@ -36,6 +36,7 @@ import copy
 import datetime
 import json
 import os
+import queue
 import re
 import shutil
 import sys
@@ -53,7 +54,6 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.cluster import PodWatch, best_effort_pod, local_plan
 from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.resourceslices import DRIVER_NAME
-from deviceplugin.protocol.podresources import Unavailable, read_assignments
 from tests.cluster.deploy import (
     DEPLOY,
     NAMESPACE,
@@ -116,13 +116,24 @@ def klog_time(line: str, year: int) -> float | None:
     return whole.timestamp() + float(second)
 
 
-def registered_at(lines: list[str], driver: str, year: int) -> float | None:
-    """When the first of ``lines`` in which the kubelet registered DRA driver ``driver`` was written.
+def dra_registered(driver: str) -> Callable[[str], bool]:
+    """The kubelet's line registering DRA driver ``driver`` (its DRA plugin manager, at ``--v=3``)."""
+    return lambda line: '"Registered DRA plugin"' in line and f'driverName="{driver}"' in line
 
-    The kubelet's DRA plugin manager logs ``"Registered DRA plugin" driverName=...`` at ``--v=3``.
+
+def device_plugin_serving(resource: str) -> Callable[[str], bool]:
+    """The kubelet's line taking a registered device plugin's healthy devices for ``resource``.
+
+    Not the pod resources API's allocatable: right after a restart it lists the checkpoint's devices.
     """
+    return lambda line: ('"Processed device updates for resource"' in line and f'resourceName="{resource}"' in line
+                         and "healthyCount=0" not in line)
+
+
+def first_at(lines: list[str], wanted: Callable[[str], bool], year: int) -> float | None:
+    """When the first of the kubelet's ``lines`` that is ``wanted`` was written."""
     for line in lines:
-        if '"Registered DRA plugin"' in line and f'driverName="{driver}"' in line:
+        if wanted(line):
             return klog_time(line, year)
     return None
 
@@ -167,8 +178,9 @@ class Side:
     best_effort: str  # the cpuset of a BestEffort pod started beside the last pod
     held: str  # the last pod's CPUs (its cpuset) while the BestEffort pod ran
     rss_kib: int
-    restart_ready: float | None  # kubelet restart -> allocatable back / driver registered (s)
-    restart_pod: float  # kubelet restart -> a pod created once ready is Running (s)
+    restart_ready: float | None  # kubelet restart -> devices back / driver registered (s)
+    restart_pod: float  # kubelet restart -> the first pod created once ready that runs is Running (s)
+    restart_refused: int  # pods created once ready that the kubelet refused before that one
 
 
 def ratio(value: float | None, base: float | None) -> str:
@@ -204,6 +216,7 @@ def table(sides: list[Side]) -> list[str]:
         ("driver/daemon RSS MiB", lambda s: s.rss_kib / 1024),
         ("kubelet restart->plugin ready s", lambda s: s.restart_ready),
         ("kubelet restart->new pod Running s", lambda s: s.restart_pod),
+        ("pods refused after the restart", lambda s: s.restart_refused),
     ]
     width = max(24, *(len(s.label) for s in sides))
     lines = [f"{'':<34} " + " ".join(f"{s.label:<{width}}" for s in sides)]
@@ -232,12 +245,22 @@ def daemon_pid(node: Node) -> int:
     return view(node, container_ids(node, NAMESPACE, pod)["daemon"]).pid
 
 
+def running_at(node: Node, watch: PodWatch, name: str) -> float:
+    """When the watch saw pod ``name`` Running; a pod that does not run within 3 minutes ends the run with
+    what ``kubectl describe`` says of it."""
+    try:
+        return watch.running_at(name, timeout=180)
+    except queue.Empty:
+        described = node.kubectl("describe", "pod", name, check=False).stdout[-3000:]
+        raise RuntimeError(f"pod {name} did not run within 180 s:\n{described}") from None
+
+
 def run_pod(node: Node, watch: PodWatch, manifest: dict[str, Any]) -> PodFigures:
     """Create ``manifest``, wait until it runs and is Ready, and read what it got."""
     name = manifest["metadata"]["name"]
     started = time.monotonic()
     node.kubectl("create", "-f", "-", input=json.dumps(manifest))
-    wall = watch.running_at(name) - started
+    wall = running_at(node, watch, name) - started
     node.kubectl("wait", "--for=condition=Ready", f"pod/{name}", "--timeout=120s", timeout=150)
     found = node.kubectl_json("get", "pod", name)
     (ready,) = [c for c in found["status"]["conditions"] if c["type"] == "Ready"]
@@ -255,36 +278,48 @@ class Way:
     key: str
     label: str
     pod: dict[str, Any]
-    ready: Callable[[Node, float], float | None]  # (node, restart wall time) -> seconds to ready
+    ready: Callable[[str], bool]  # the kubelet's log line saying the plugins are back
     pid: Callable[[], int]  # the daemon's or driver's process
 
 
-def device_plugins_ready(node: Node, restarted: float) -> float | None:
-    """Seconds from ``restarted`` until the kubelet's pod resources API lists the exclusive core as allocatable."""
-    def back() -> bool:
-        try:
-            return bool((read_assignments(node.pod_resources_socket, timeout=2).allocatable or {}).get(EXCLUSIVE))
-        except Unavailable:
-            return False
-    wait_for("the kubelet's allocatable of the exclusive core", back, 120, interval=0.05)
-    return time.time() - restarted
+def ready_after(node: Node, restarted: float, wanted: Callable[[str], bool], timeout: float = 60) -> float | None:
+    """Seconds from ``restarted`` (wall clock) to the kubelet's first ``wanted`` log line after it; None if none came."""
+    log = node.processes["kubelet"].log
+    year = datetime.datetime.now(datetime.UTC).year
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = [line for line in log.read_text(errors="replace").splitlines()
+                 if (klog_time(line, year) or 0) >= restarted]
+        at = first_at(lines, wanted, year)
+        if at is not None:
+            return at - restarted
+        time.sleep(0.1)
+    return None
 
 
-def driver_registered(driver: str) -> Callable[[Node, float], float | None]:
-    """Seconds from the restart to the kubelet's log line registering ``driver`` (None if it writes none)."""
-    def ready(node: Node, restarted: float) -> float | None:
-        log = node.processes["kubelet"].log
-        year = datetime.datetime.now(datetime.UTC).year
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            lines = [line for line in log.read_text(errors="replace").splitlines()
-                     if (klog_time(line, year) or 0) >= restarted]
-            at = registered_at(lines, driver, year)
-            if at is not None:
-                return at - restarted
-            time.sleep(0.2)
-        return None
-    return ready
+def first_pod_running(node: Node, way: Way, started: float, timeout: float = 180) -> tuple[float, int]:
+    """Pods of ``way`` created one after another until one runs: (monotonic ``started`` -> it is Running,
+    how many the kubelet refused first). A device plugin's pod can fail admission after a restart."""
+    refused = 0
+    deadline = time.monotonic() + timeout
+    while True:
+        manifest = copy.deepcopy(way.pod)
+        name = manifest["metadata"]["name"] = f"bench-{way.key}-after-restart-{refused}"
+        node.kubectl("create", "-f", "-", input=json.dumps(manifest))
+        while True:
+            phase = node.kubectl("get", "pod", name, "-o", "jsonpath={.status.phase}", check=False, timeout=10).stdout
+            if phase == "Running":
+                at = time.monotonic()
+                delete_pod(node, name)
+                return at - started, refused
+            if phase == "Failed":
+                delete_pod(node, name)
+                refused += 1
+                break
+            if time.monotonic() > deadline:
+                described = node.kubectl("describe", "pod", name, check=False).stdout[-3000:]
+                raise RuntimeError(f"no pod ran within {timeout:g} s of the kubelet restart:\n{described}")
+            time.sleep(0.1)
 
 
 def run_way(node: Node, watch: PodWatch, way: Way, pods: int) -> Side:
@@ -305,14 +340,10 @@ def run_way(node: Node, watch: PodWatch, way: Way, pods: int) -> Side:
         delete_pod(node, pod)
     started = node.restart_kubelet()
     restarted = time.time() - (time.monotonic() - started)
-    ready = way.ready(node, restarted)
+    ready = ready_after(node, restarted, way.ready)
     wait_for("the node is Ready after the kubelet restart", node.node_ready, 120)
-    manifest = copy.deepcopy(way.pod)
-    manifest["metadata"]["name"] = f"bench-{way.key}-after-restart"
-    node.kubectl("create", "-f", "-", input=json.dumps(manifest))
-    after = watch.running_at(manifest["metadata"]["name"]) - started
-    delete_pod(node, manifest["metadata"]["name"])
-    return Side(way.label, figures, shared, figures[-1].cpuset, rss, ready, after)
+    after, refused = first_pod_running(node, way, started)
+    return Side(way.label, figures, shared, figures[-1].cpuset, rss, ready, after, refused)
 
 
 def switch_to_dra(node: Node, overlay: Path) -> None:
@@ -374,15 +405,15 @@ def measure(node: Node, pods: int, threads: int) -> list[Side]:
     try:
         deployed = deploy_product(node)
         pod = workload_pod(example("pod-cdi-only.yaml"), deployed.served(), threads)
-        sides = [run_way(node, watch, Way("dp", "(a) device plugin", pod, device_plugins_ready,
+        sides = [run_way(node, watch, Way("dp", "(a) device plugin", pod, device_plugin_serving(EXCLUSIVE),
                                           lambda: daemon_pid(node)), pods)]
         switch_to_dra(node, deployed.overlay)
         sides.append(run_way(node, watch, Way("dra-ext", "(b) DRA, extended name", pod,
-                                              driver_registered(DRIVER_NAME), lambda: daemon_pid(node)), pods))
+                                              dra_registered(DRIVER_NAME), lambda: daemon_pid(node)), pods))
         node.kubectl("apply", "-f", "-", input=json.dumps(claim_template(
             "bench-cmk-core", {"deviceClassName": CMK_EXCLUSIVE_CLASS, "count": 1})))
         sides.append(run_way(node, watch, Way("dra-claim", "(c) DRA, claim", claim_pod(pod, "bench-cmk-core"),
-                                              driver_registered(DRIVER_NAME), lambda: daemon_pid(node)), pods))
+                                              dra_registered(DRIVER_NAME), lambda: daemon_pid(node)), pods))
         # dracpu sets every container's cpuset through NRI: it gets the node alone
         remove_kustomize_deploy(node)
         node.kubectl("delete", "-k", str(DEPLOY / "dra"), "--ignore-not-found", check=False)
@@ -392,7 +423,7 @@ def measure(node: Node, pods: int, threads: int) -> list[Side]:
             popen = driver.popen
             assert popen is not None
             sides.append(run_way(node, watch, Way("dracpu", "(d) dra-driver-cpu v0.2.0", claim_pod(pod, "bench-dracpu"),
-                                                  driver_registered(DRACPU_DRIVER), lambda: popen.pid), pods))
+                                                  dra_registered(DRACPU_DRIVER), lambda: popen.pid), pods))
         return sides
     finally:
         watch.stop()
@@ -413,8 +444,9 @@ def main() -> int:
     cdi_made = not FIXED_CDI.exists()
     FIXED_CDI.mkdir(parents=True, exist_ok=True)
     try:
-        with tempfile.TemporaryDirectory(prefix="cmk-bench-dra-") as work, \
-                node_with_images(Path(work), nri=True, extra_cdi_dirs=(FIXED_CDI,)) as node:
+        work = Path(tempfile.mkdtemp(prefix="cmk-bench-dra-"))  # the components' logs stay for a look after
+        print(f"components' logs: {work / 'logs'}", flush=True)
+        with node_with_images(work, nri=True, extra_cdi_dirs=(FIXED_CDI,)) as node:
             sides = measure(node, args.pods, threads)
     finally:
         if cdi_made:

@@ -11,9 +11,11 @@ from benchmarks.dra_side_by_side import (
     api_time,
     claim_pod,
     claim_template,
+    device_plugin_serving,
+    dra_registered,
+    first_at,
     klog_time,
     percentile,
-    registered_at,
     table,
 )
 from tests.cluster.node import Node
@@ -41,13 +43,25 @@ def test_klog_time_reads_the_header_and_ignores_other_lines() -> None:
     assert klog_time("Flag --v has been deprecated", 2026) is None
 
 
-def test_registered_at_takes_the_kubelets_first_registration_of_the_driver_only() -> None:
+def test_first_at_takes_the_kubelets_first_registration_of_the_dra_driver_only() -> None:
     lines = ['I1203 15:00:01.000000 1 x.go:1] "Adding socket path" path="/k/plugins_registry/dra.cpu-reg.sock"',
              'I1203 15:00:02.000000 1 x.go:1] "Registered DRA plugin" driverName="cpu.cmk.intel.com" endpoint="/a"',
              'I1203 15:00:03.000000 1 x.go:1] "Registered DRA plugin" driverName="dra.cpu" endpoint="/b"',
              'I1203 15:00:04.000000 1 x.go:1] "Registered DRA plugin" driverName="dra.cpu" endpoint="/b"']
-    assert registered_at(lines, "dra.cpu", 2026) == api_time("2026-12-03T15:00:03Z")
-    assert registered_at(lines[:2], "dra.cpu", 2026) is None
+    assert first_at(lines, dra_registered("dra.cpu"), 2026) == api_time("2026-12-03T15:00:03Z")
+    assert first_at(lines[:2], dra_registered("dra.cpu"), 2026) is None
+
+
+def test_a_device_plugin_is_serving_once_the_kubelet_took_healthy_devices_of_its_resource() -> None:
+    serving = device_plugin_serving("cmk.intel.com/exclusive-cores")
+    assert not serving('I1 server.go:161] "Got registration request from device plugin with resource" '
+                       'resourceName="cmk.intel.com/exclusive-cores"')
+    assert not serving('I1 manager.go:319] "Processed device updates for resource" '
+                       'resourceName="cmk.intel.com/exclusive-cores" totalCount=1 healthyCount=0')
+    assert not serving('I1 manager.go:319] "Processed device updates for resource" '
+                       'resourceName="cmk.intel.com/infra" totalCount=110 healthyCount=110')
+    assert serving('I1 manager.go:319] "Processed device updates for resource" '
+                   'resourceName="cmk.intel.com/exclusive-cores" totalCount=1 healthyCount=1')
 
 
 def test_claim_pod_swaps_the_extended_resource_for_one_claim_and_keeps_cpu() -> None:
@@ -68,7 +82,7 @@ def test_claim_template_holds_one_request_named_as_the_pod_uses_it() -> None:
 
 def _side(label: str, wall: float, rss_kib: int, ready: float | None, cpuset: str = "1") -> Side:
     pods = [PodFigures(1.0, wall, cpuset, cpuset), PodFigures(2.0, wall, cpuset, cpuset)]
-    return Side(label, pods, "0", cpuset, rss_kib, ready, 4.0)
+    return Side(label, pods, "0", cpuset, rss_kib, ready, 4.0, 0)
 
 
 def test_table_gives_each_figure_its_ratio_to_the_first_side_and_says_what_the_best_effort_pod_shares() -> None:
