@@ -281,17 +281,18 @@ def _delete_slices(args: argparse.Namespace) -> None:
     """A node leaving DRA mode: delete its ResourceSlices (in a thread: the start never waits on the API server).
 
     Never both names on one node: a slice left would let the scheduler place a claim on cores the
-    device plugins give out. Outside a pod there is no node of ours to clean.
+    device plugins give out. Tried only where DRA mode ran (its driver directory is in ``--plugins-dir``).
     """
     import threading
 
     from deviceplugin.cli.configfile import node_name
     from deviceplugin.host.kubeapi import KubeApi, in_cluster
     from deviceplugin.host.sliceapi import delete_all
+    from deviceplugin.model.resourceslices import DRIVER_NAME
 
     node = node_name(args.node_name)
-    if node is None or not in_cluster():
-        return
+    if node is None or not in_cluster() or not (args.plugins_dir / DRIVER_NAME).exists():
+        return  # not in a pod, or DRA mode never ran here: nothing to clean, and no refusal to log
 
     def delete() -> None:
         try:
