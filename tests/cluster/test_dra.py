@@ -23,6 +23,7 @@ import yaml
 from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.model.resourceslices import device_name
 from tests.cluster.deploy import (
+    DAEMONSET,
     DEPLOY,
     NAMESPACE,
     Deployment,
@@ -183,6 +184,14 @@ def test_the_seed_pod_runs_pinned_on_the_freed_core_through_the_device_class(swi
     assert ours(claim) == [switched.core]
     assert pinned_to(deployed, "cmk-cdi-only") == switched.cpus
     assert list(checkpoint(deployed)) == [claim["metadata"]["uid"]]
+    described = json.loads(node.kubectl(
+        "-n", NAMESPACE, "exec", f"daemonset/{DAEMONSET}", "-c", "daemon", "--", "cmk", "describe", "--config",
+        "/etc/cmk/config.yaml", "--pod-resources-socket", str(node.pod_resources_socket), "--output", "json",
+        "--usage-window", "0").stdout)
+    (pool,) = [p for p in described["live"]["pools"] if p["resource"] == EXCLUSIVE]
+    assert [(c["pod"], [device_name(i) for i in c["devices"]]) for c in pool["containers"]] == [
+        ("cmk-cdi-only", [switched.core])]
+    assert any(note.startswith("DRA mode") for note in described["live"]["notes"])
 
 
 def test_a_second_claim_for_the_same_core_waits_and_a_kubelet_restart_changes_nothing(switched: Switched) -> None:
