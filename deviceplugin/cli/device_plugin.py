@@ -251,7 +251,10 @@ def _observe(daemon: Daemon, args: argparse.Namespace, cleanup: ExitStack, activ
 
         cpu_stats = CpuCollector(procfs_root=args.procfs_root, places=places(daemon.topology, daemon.plan),
                                  per_cpu=args.per_cpu_metrics)
+        from deviceplugin.model.resourceslices import driver_devices
+
         collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
+                                  dra=driver_devices(daemon.tree) if args.mode is ServingMode.DRA else None,
                                   registered=daemon.registered_resources, pod_resources=args.pod_resources_socket,
                                   cpu_stats=cpu_stats, confinement=UnconfinedCollector(
                                       sysfs_root=args.sysfs_root, exclusive=exclusive_cpus(daemon.plan),
