@@ -176,7 +176,7 @@ class DriverSockets:
 
     def __init__(self, settings: DaemonSettings) -> None:
         self.registration_socket = settings.plugins_registry_dir / REGISTRATION_SOCKET
-        self.service_socket = settings.plugins_dir / DRIVER_NAME / SERVICE_SOCKET
+        self.service_socket = service_socket(settings.plugins_dir)
         self._registration: Registration | None = None
         self._servers: list[grpc.Server] = []
 
@@ -253,6 +253,11 @@ class LeftoverClaims:
 
     def stop(self) -> None:
         self.sockets.stop()
+
+
+def service_socket(plugins_dir: Path) -> Path:
+    """The ``dra/v1`` socket in the kubelet's plugins directory (``cmk probe`` dials it too)."""
+    return plugins_dir / DRIVER_NAME / SERVICE_SOCKET
 
 
 def checkpoint_path(settings: DaemonSettings) -> Path:
