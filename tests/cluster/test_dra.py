@@ -60,7 +60,7 @@ from tests.cluster.dra import (
 )
 from tests.cluster.node import BUSYBOX_IMAGE, wait_for
 
-EXCLUSIVE = "cmk.intel.com/exclusive-cores"
+EXCLUSIVE, INFRA = "cmk.intel.com/exclusive-cores", "cmk.intel.com/infra"
 
 
 @dataclass
@@ -116,7 +116,8 @@ def switched(deployed: Deployment) -> Iterator[Switched]:
         cpus = parse_cpu_list(deployed.device_cpus(EXCLUSIVE, core_id))
         yield Switched(deployed, held_pod, before, device_name(core_id), cpus)
     finally:
-        for pod in ("cmk-cdi-only", "cmk-claim-waits", "cmk-claim-next", "cmk-core-beside-nic", "cmk-no-fit"):
+        for pod in ("cmk-cdi-only", "cmk-claim-waits", "cmk-claim-next", "cmk-core-beside-nic", "cmk-no-fit",
+                    "cmk-claim-across"):
             delete_pod(node, pod)
         delete_pod(node, held_pod)
         node.kubectl("delete", "resourceclaimtemplate,resourceclaim", "--all", "--ignore-not-found", check=False)
@@ -316,13 +317,27 @@ def test_a_claim_no_numa_node_can_meet_stays_pending_with_the_schedulers_reason(
     delete_pod(node, "cmk-no-fit")
 
 
-def test_switching_back_deletes_the_slices_and_the_device_plugins_serve_again(two_numa: TwoNuma) -> None:
+def test_switching_back_keeps_a_claims_core_out_of_the_device_plugins_until_its_pod_goes(two_numa: TwoNuma) -> None:
     deployed, node = two_numa.switched.deployed, two_numa.switched.deployed.node
+    template, pod = claim_pod("cmk-claim-across")
+    apply(node, template)
+    start_pod(node, pod)
+    before = pinned_state(node, "cmk-claim-across")
     node.kubectl("apply", "-k", str(config_overlay(node, deployed.overlay, "overlay-back", "")))
-    rollout(node)
+    daemon_rollout(node)
     wait_for("the node's slices are deleted", lambda: not our_slices(node), 60)
-    pod = start_pinned_pod(node, deployed.served(), deployed.threads_per_core)
+    assert "event=dra_claims_left" in daemon_log(node)
+    wait_for("the kubelet's allocatable names the device plugins again", lambda: allocatable(node, INFRA)
+             not in (None, "0"), 90)
+    assert allocatable(node, EXCLUSIVE) == "0"  # the claim's core: out of the device plugins
+    assert pinned_state(node, "cmk-claim-across") == before
+    delete_pod(node, "cmk-claim-across")  # the kubelet unprepares it through the driver the daemon kept
+    cores = str(next(p for p in deployed.pools() if p["resource"] == EXCLUSIVE)["advertised"])
+    wait_for("the core is back in the device plugins", lambda: allocatable(node, EXCLUSIVE) == cores, 90)
+    assert "event=dra_claims_gone" in daemon_log(node)
+    rollout(node)
+    pinned = start_pinned_pod(node, deployed.served(), deployed.threads_per_core)
     try:
-        assert pinned_to(deployed, pod) == two_numa.switched.cpus
+        assert pinned_to(deployed, pinned) == two_numa.switched.cpus
     finally:
-        delete_pod(node, pod)
+        delete_pod(node, pinned)
