@@ -31,7 +31,9 @@ from deviceplugin.cli.flags import (
 from deviceplugin.host.installedpinner import built_pinner, unbuilt_note
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.hostsettings import host_config_disagreement
+from deviceplugin.model.modes import ServingMode
 from deviceplugin.model.node import plan_node
+from deviceplugin.model.resourceslices import driver_devices
 from deviceplugin.view.report import config_data, describe_data, render_table
 
 if TYPE_CHECKING:
@@ -52,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--usage-window", type=seconds(60, zero=True), default=1.0, metavar="SECONDS",
                         help="sample procfs' CPU counters this long for the usage section; 0 leaves it out "
                              "(default: 1)")
+
+
+#: Where an operator sees DRA mode's capacity: the node's status does not name DRA-served resources.
+DRA_NOTE = ("DRA mode: the pools are DRA driver cpu.cmk.intel.com's devices, held through claims; their capacity is "
+            "in the node's ResourceSlices (kubectl get resourceslices --field-selector "
+            "spec.driver=cpu.cmk.intel.com), not in kubectl describe node")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if note:
         data["plan"]["notes"].append(note)
     socket = str(args.pod_resources_socket)
+    dra = active is not None and active.values.get("mode") == ServingMode.DRA
     held = shapes = None
     if dump and not socket_given:
         # this host's kubelet knows nothing of another machine's dump: do not dial it
@@ -84,12 +93,13 @@ def run(args: argparse.Namespace) -> int:
                                            "(give --pod-resources-socket to read a kubelet anyway)")
     else:
         try:
-            assignments = read_assignments(args.pod_resources_socket, resources=tree)
+            assignments = read_assignments(args.pod_resources_socket, resources=tree,
+                                           dra=driver_devices(tree) if dra else None)
             # As the daemon does at its start: cores still held under another ID or pool are in no pool.
             withheld = withheld_cores(plan, {resource: assignments.held(resource) for resource in tree})
             tree = node.tree_now(topology.online, frozenset(w.core for w in withheld))
             data["live"] = live_data(tree, assignments, socket, topology.offline)
-            data["live"]["notes"] += [w.message for w in withheld]
+            data["live"]["notes"] += [w.message for w in withheld] + ([DRA_NOTE] if dra else [])
             held = held_cpus(tree, assignments.held)
             shapes = held_sets(tree, assignments)
         except Unavailable as err:

@@ -251,7 +251,10 @@ def _observe(daemon: Daemon, args: argparse.Namespace, cleanup: ExitStack, activ
 
         cpu_stats = CpuCollector(procfs_root=args.procfs_root, places=places(daemon.topology, daemon.plan),
                                  per_cpu=args.per_cpu_metrics)
+        from deviceplugin.model.resourceslices import driver_devices
+
         collector = PoolCollector(tree=lambda: daemon.tree, plan=daemon.plan,
+                                  dra=driver_devices(daemon.tree) if args.mode is ServingMode.DRA else None,
                                   registered=daemon.registered_resources, pod_resources=args.pod_resources_socket,
                                   cpu_stats=cpu_stats, confinement=UnconfinedCollector(
                                       sysfs_root=args.sysfs_root, exclusive=exclusive_cpus(daemon.plan),
@@ -281,17 +284,18 @@ def _delete_slices(args: argparse.Namespace) -> None:
     """A node leaving DRA mode: delete its ResourceSlices (in a thread: the start never waits on the API server).
 
     Never both names on one node: a slice left would let the scheduler place a claim on cores the
-    device plugins give out. Outside a pod there is no node of ours to clean.
+    device plugins give out. Tried only where DRA mode ran (its driver directory is in ``--plugins-dir``).
     """
     import threading
 
     from deviceplugin.cli.configfile import node_name
     from deviceplugin.host.kubeapi import KubeApi, in_cluster
     from deviceplugin.host.sliceapi import delete_all
+    from deviceplugin.model.resourceslices import DRIVER_NAME
 
     node = node_name(args.node_name)
-    if node is None or not in_cluster():
-        return
+    if node is None or not in_cluster() or not (args.plugins_dir / DRIVER_NAME).exists():
+        return  # not in a pod, or DRA mode never ran here: nothing to clean, and no refusal to log
 
     def delete() -> None:
         try:

@@ -32,9 +32,9 @@ def daemon_sockets(kubelet_dir: Path) -> list[Path]:
 
 def dra_socket(plugins_dir: Path) -> Path | None:
     """DRA mode's service socket, where the daemon serves it (None: not there)."""
-    from deviceplugin.model.resourceslices import DRIVER_NAME
+    from deviceplugin.daemon.draserving import service_socket
 
-    path = plugins_dir / DRIVER_NAME / "dra.sock"
+    path = service_socket(plugins_dir)
     try:
         return path if path.exists() or path.is_symlink() else None
     except OSError as err:

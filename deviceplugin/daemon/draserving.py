@@ -176,7 +176,7 @@ class DriverSockets:
 
     def __init__(self, settings: DaemonSettings) -> None:
         self.registration_socket = settings.plugins_registry_dir / REGISTRATION_SOCKET
-        self.service_socket = settings.plugins_dir / DRIVER_NAME / SERVICE_SOCKET
+        self.service_socket = service_socket(settings.plugins_dir)
         self._registration: Registration | None = None
         self._servers: list[grpc.Server] = []
 
@@ -238,7 +238,7 @@ class LeftoverClaims:
               on_unprepared: Callable[[], None]) -> LeftoverClaims | None:
         """The leftover claims of this node's checkpoint; None when it holds none."""
         leftover = cls(settings, tree, on_unprepared)
-        return leftover if leftover.claimed() else None
+        return leftover if leftover.claimed() is not None else None
 
     def start(self) -> None:
         claims = len(self._plugin.prepared)
@@ -247,12 +247,18 @@ class LeftoverClaims:
                        claims=claims, checkpoint=str(self.checkpoint))
         self.sockets.start(self._plugin, ready=lambda: True, config_ok=True)
 
-    def claimed(self) -> frozenset[str]:
-        """The device names prepared claims still hold."""
-        return frozenset(device.device_name for devices in self._plugin.prepared.values() for device in devices)
+    def claimed(self) -> frozenset[int] | None:
+        """The CPUs prepared claims still hold; None once none is held."""
+        prepared = self._plugin.prepared
+        return frozenset(cpu for devices in prepared.values() for d in devices for cpu in d.cpus) if prepared else None
 
     def stop(self) -> None:
         self.sockets.stop()
+
+
+def service_socket(plugins_dir: Path) -> Path:
+    """The ``dra/v1`` socket in the kubelet's plugins directory (``cmk probe`` dials it too)."""
+    return plugins_dir / DRIVER_NAME / SERVICE_SOCKET
 
 
 def checkpoint_path(settings: DaemonSettings) -> Path:

@@ -32,7 +32,6 @@ from deviceplugin.model.irqsteer import held_cpus, housekeeping
 from deviceplugin.model.modes import ServingMode
 from deviceplugin.model.node import NodePlan, plan_node
 from deviceplugin.model.plan import RESOURCE_NAMES, Pool
-from deviceplugin.model.resourceslices import device_name
 from deviceplugin.model.topology import Core
 from deviceplugin.model.withheld import Withheld
 from deviceplugin.protocol.registration import kubelet_listens, socket_identity
@@ -287,10 +286,11 @@ class Daemon:
         leftover = self._leftover
         if leftover is None:
             return False
-        names = leftover.claimed()
-        claimed = frozenset(core for core, device_id in self.node.core_ids.items() if device_name(device_id) in names)
+        cpus = leftover.claimed()
+        # by CPUs, not names: the plan may name (or pool) those cores otherwise since the claims were prepared
+        claimed = frozenset(core for core in self.node.core_ids if cpus and core.cpus & cpus)
         changed, self._claimed = claimed != self._claimed, claimed
-        if not names:
+        if cpus is None:
             leftover.stop()
             self._leftover = None
             events.info("dra_claims_gone", "the last claim DRA mode prepared is unprepared: its driver is deregistered")

@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from deviceplugin.errors import CmkError
 from deviceplugin.model.cdispec import cdi_device_names
+from deviceplugin.model.cpulist import format_cpu_list, parse_cpu_list
 from deviceplugin.model.devices import DeviceTree, PoolDevices
 from deviceplugin.model.resourceslices import device_name
 
@@ -45,6 +46,8 @@ class PreparedDevice:
     pool_name: str
     device_name: str
     cdi_device_ids: tuple[str, ...]
+    #: its CPUs: what a later plan (or mode) keeps out while the claim is prepared, whatever it names devices
+    cpus: frozenset[int] = frozenset()
 
 
 #: claim uid -> what it was given
@@ -80,14 +83,16 @@ def prepare(prepared: Prepared, uid: str, claim: str, allocated: Sequence[Alloca
     answer = []
     for name, names in requests.items():
         devices, device_id = index[name]
-        answer.append(PreparedDevice(tuple(names), pool_name, name, cdi_device_names(devices, [device_id])))
+        answer.append(PreparedDevice(tuple(names), pool_name, name, cdi_device_names(devices, [device_id]),
+                                     devices.devices[device_id].cpus))
     return tuple(answer)
 
 
 def encode(prepared: Prepared) -> bytes:
     """The checkpoint file's content: versioned JSON, claims sorted so equal states write equal bytes."""
     claims = {uid: [{"requests": list(d.request_names), "pool": d.pool_name, "device": d.device_name,
-                     "cdi": list(d.cdi_device_ids)} for d in devices] for uid, devices in sorted(prepared.items())}
+                     "cdi": list(d.cdi_device_ids), "cpus": format_cpu_list(d.cpus)} for d in devices]
+              for uid, devices in sorted(prepared.items())}
     return json.dumps({"version": CHECKPOINT_VERSION, "claims": claims}, indent=1).encode() + b"\n"
 
 
@@ -101,7 +106,8 @@ def decode(data: bytes | None, *, where: str) -> Prepared:
             raise ClaimError(f"{where} has checkpoint version {document.get('version')!r}; this daemon reads "
                              f"version {CHECKPOINT_VERSION}: run the daemon version that wrote it, or unprepare its pods first")
         return MappingProxyType({
-            uid: tuple(PreparedDevice(tuple(d["requests"]), d["pool"], d["device"], tuple(d["cdi"])) for d in devices)
+            uid: tuple(PreparedDevice(tuple(d["requests"]), d["pool"], d["device"], tuple(d["cdi"]),
+                                      parse_cpu_list(d.get("cpus", ""))) for d in devices)
             for uid, devices in document["claims"].items()
         })
     except (ValueError, KeyError, TypeError, AttributeError) as err:

@@ -114,6 +114,12 @@ def published_devices(devices: PoolDevices, isolated: frozenset[int]) -> list[di
             for device in devices.devices.values() if device.healthy]
 
 
+def driver_devices(tree: DeviceTree, driver: str = DRIVER_NAME) -> dict[tuple[str, str], tuple[str, str]]:
+    """(driver, DRA device name) -> (its pool's resource name, its device-plugin ID), for every device of ``tree``:
+    how a reader of the kubelet's pod resources counts a claim's devices as the pool's."""
+    return {(driver, device_name(i)): (devices.resource, i) for devices in tree.values() for i in devices.devices}
+
+
 def unheld(tree: DeviceTree, held: Mapping[str, Iterable[str]]) -> DeviceTree:
     """``tree`` without the devices a device plugin's containers still hold (resource -> device IDs).
 

@@ -37,6 +37,7 @@ from deviceplugin.observe.cpumetrics import CpuCollector
 from deviceplugin.observe.httpserver import Answer, BoundedHttpServer
 from deviceplugin.protocol.podresources import (
     DEFAULT_TIMEOUT,
+    DraDevices,
     Unavailable,
     read_assignments,
 )
@@ -60,8 +61,10 @@ class PoolCollector(Collector):
     def __init__(self, *, tree: Callable[[], DeviceTree], plan: PoolPlan,
                  registered: Callable[[], frozenset[str]], pod_resources: Path | None,
                  timeout: float = DEFAULT_TIMEOUT, cpu_stats: CpuCollector | None = None,
-                 confinement: UnconfinedCollector | None = None) -> None:
+                 confinement: UnconfinedCollector | None = None, dra: DraDevices | None = None) -> None:
         self._tree = tree
+        #: DRA mode: claim devices count as their pools' holdings (:func:`~deviceplugin.protocol.podresources.holdings_from`)
+        self._dra = dra
         self._cpu_stats = cpu_stats
         self._confinement = confinement
         self._plan = plan
@@ -114,7 +117,8 @@ class PoolCollector(Collector):
         if self._pod_resources is None:
             return None
         try:
-            return read_assignments(self._pod_resources, resources=tree, allocatable=False, timeout=self._timeout)
+            return read_assignments(self._pod_resources, resources=tree, allocatable=False, timeout=self._timeout,
+                                    dra=self._dra)
         except Unavailable:
             return None
 

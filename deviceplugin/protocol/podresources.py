@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import grpc
@@ -34,8 +34,17 @@ class Unavailable(Exception):
     """The pod resources API could not be read; ``str()`` says why in one line."""
 
 
-def holdings_from(response: pb.ListPodResourcesResponse, resources: Iterable[str] | None = None) -> tuple[Holding, ...]:
-    """Pure: List's one-entry-per-resource-and-NUMA-node shape folded into one Holding per container and resource."""
+#: DRA mode's devices: (driver, device name) -> (the pool's resource name, the device-plugin ID it stands for)
+DraDevices = Mapping[tuple[str, str], tuple[str, str]]
+
+
+def holdings_from(response: pb.ListPodResourcesResponse, resources: Iterable[str] | None = None,
+                  dra: DraDevices | None = None) -> tuple[Holding, ...]:
+    """Pure: List's one-entry-per-resource-and-NUMA-node shape folded into one Holding per container and resource.
+
+    ``dra``: a container's claim devices of our DRA driver count as its holding of the pool they are
+    from, under their device-plugin IDs, so every reader counts the same in either mode.
+    """
     wanted = None if resources is None else set(resources)
     holdings = []
     for pod in response.pod_resources:
@@ -44,6 +53,11 @@ def holdings_from(response: pb.ListPodResourcesResponse, resources: Iterable[str
             for entry in container.devices:
                 if wanted is None or entry.resource_name in wanted:
                     ids.setdefault(entry.resource_name, {}).update(dict.fromkeys(entry.device_ids))
+            for claim in container.dynamic_resources if dra else ():
+                for device in claim.claim_resources:
+                    found = dra.get((device.driver_name, device.device_name)) if dra else None
+                    if found is not None and (wanted is None or found[0] in wanted):
+                        ids.setdefault(found[0], {})[found[1]] = None
             holdings += [Holding(pod.namespace, pod.name, container.name, resource, tuple(device_ids))
                          for resource, device_ids in sorted(ids.items())]
     return tuple(holdings)
@@ -74,17 +88,21 @@ def _reason(err: grpc.RpcError, path: Path, timeout: float) -> str:
 
 
 def read_assignments(socket: Path, *, resources: Iterable[str] | None = None, allocatable: bool = True,
-                     timeout: float = DEFAULT_TIMEOUT) -> Assignments:
-    """List (and GetAllocatableResources unless told not to) within ``timeout`` seconds each."""
+                     timeout: float = DEFAULT_TIMEOUT, dra: DraDevices | None = None) -> Assignments:
+    """List (and GetAllocatableResources unless told not to) within ``timeout`` seconds each.
+
+    ``dra``: DRA mode's devices (:func:`holdings_from`); the kubelet's allocatable then names none of
+    the pools (it lists device plugins' devices only), so it is left unknown.
+    """
     _check_socket(socket)
     with grpc.insecure_channel(f"unix:{socket}") as channel:
         stub = pb_grpc.PodResourcesListerStub(channel)
         try:
-            holdings = holdings_from(stub.List(pb.ListPodResourcesRequest(), timeout=timeout), resources)
+            holdings = holdings_from(stub.List(pb.ListPodResourcesRequest(), timeout=timeout), resources, dra)
         except grpc.RpcError as err:
             raise Unavailable(_reason(err, socket, timeout)) from None
         healthy = cpus = None
-        if allocatable:
+        if allocatable and dra is None:
             try:
                 answer = stub.GetAllocatableResources(pb.AllocatableResourcesRequest(), timeout=timeout)
                 healthy, cpus = allocatable_from(answer), frozenset(answer.cpu_ids)

@@ -19,7 +19,7 @@ from typing import Any
 
 from deviceplugin.model.resourceslices import DRIVER_NAME
 from tests.cluster.deploy import DAEMONSET, DEPLOY, NAMESPACE, ROOT
-from tests.cluster.node import NODE_NAME, ComponentFailed, Node, Process, wait_for
+from tests.cluster.node import NODE_NAME, ComponentFailed, Node, Process, tail, wait_for
 
 #: The kubelet's e2e test driver's name and what our test publishes for it.
 PEER_DRIVER = "test-driver.cdi.k8s.io"
@@ -41,7 +41,13 @@ def dra_peers_bin() -> Path:
 
 def config_overlay(node: Node, base: Path, name: str, extra: str, *,
                    patches: list[dict[str, Any]] | None = None) -> Path:
-    """An overlay of ``base`` whose daemon config is the shipped one plus ``extra`` (YAML lines)."""
+    """An overlay of ``base`` whose daemon config is the shipped one plus ``extra`` (YAML lines), its daemon
+    reaching the API server (:func:`api_patch`), and the DaemonSet changed by the JSON patch ops ``patches``."""
+    import yaml
+
+    daemonset = next(d for d in yaml.safe_load_all(node.kubectl("kustomize", str(base)).stdout)
+                     if d and d["kind"] == "DaemonSet")
+    ops = api_patch(daemonset, node) + (patches or [])
     overlay = node.path(name)
     overlay.mkdir(exist_ok=True)
     (overlay / "config.yaml").write_text((DEPLOY / "base" / "config.yaml").read_text() + extra)
@@ -49,7 +55,7 @@ def config_overlay(node: Node, base: Path, name: str, extra: str, *,
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": [os.path.relpath(base, overlay)],
         "configMapGenerator": [{"name": "cmk-config", "behavior": "replace", "files": ["config.yaml"]}],
-        "patches": patches or []}))
+        "patches": [{"target": {"kind": "DaemonSet", "name": DAEMONSET}, "patch": json.dumps(ops)}]}))
     return overlay
 
 
@@ -58,8 +64,10 @@ def daemon_rollout(node: Node, timeout: int = 240) -> None:
     result = node.kubectl("-n", NAMESPACE, "rollout", "status", f"daemonset/{DAEMONSET}", f"--timeout={timeout}s",
                           check=False, timeout=timeout + 30)
     if result.returncode != 0:
-        pods = node.kubectl("-n", NAMESPACE, "describe", "pods", check=False).stdout[-4000:]
-        raise ComponentFailed(f"rollout of {DAEMONSET}: {result.stderr}\n{pods}\n{node.log_tails()}")
+        pods = node.kubectl("-n", NAMESPACE, "describe", "pods", check=False).stdout[-3000:]
+        log = "\n".join(daemon_log(node).splitlines()[-30:])
+        raise ComponentFailed(f"rollout of {DAEMONSET}: {result.stderr}\n{pods}\n--- the daemon's log\n{log}\n"
+                              f"{node.log_tails()}")
 
 
 def our_slices(node: Node) -> list[dict[str, Any]]:
@@ -117,8 +125,15 @@ def unschedulable_message(node: Node, pod: str) -> str:
 
 
 def wait_unschedulable(node: Node, pod: str, timeout: float = 90) -> str:
-    wait_for(f"the scheduler says why pod {pod} cannot be placed", lambda: bool(unschedulable_message(node, pod)),
-             timeout)
+    try:
+        wait_for(f"the scheduler says why pod {pod} cannot be placed", lambda: bool(unschedulable_message(node, pod)),
+                 timeout)
+    except TimeoutError as err:
+        described = node.kubectl("get", "pod", pod, "-o", "yaml", check=False).stdout[-5000:]
+        status = json.dumps(node.kubectl_json("get", "node", NODE_NAME)["status"].get("allocatable"))
+        claims = node.kubectl("get", "resourceclaims", "-A", "-o", "yaml", check=False).stdout[-3000:]
+        raise AssertionError(f"{err}\n{described}\nallocatable {status}\n{claims}\n"
+                             f"{tail(node.logs / 'kube-scheduler.log', 30)}\n{tail(node.logs / 'kubelet.log', 40)}") from None
     return unschedulable_message(node, pod)
 
 
@@ -163,20 +178,42 @@ def two_numa_sysfs(dest: Path, sysfs: Path = Path("/sys")) -> Path:
     return dest
 
 
-def sysfs_patch(daemonset: dict[str, Any], host_path: Path) -> list[dict[str, Any]]:
-    """JSON patch ops mounting ``host_path`` read-only at :data:`TWO_NUMA_SYSFS` in the daemon container."""
+def _daemon_container(daemonset: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     containers = daemonset["spec"]["template"]["spec"]["containers"]
-    (index,) = [i for i, c in enumerate(containers) if c["name"] == "daemon"]
-    return [
-        {"op": "add", "path": "/spec/template/spec/volumes/-",
-         "value": {"name": "two-numa-sys", "hostPath": {"path": str(host_path), "type": "Directory"}}},
-        {"op": "add", "path": f"/spec/template/spec/containers/{index}/volumeMounts/-",
-         "value": {"name": "two-numa-sys", "mountPath": TWO_NUMA_SYSFS, "readOnly": True}},
-    ]
+    ((index, container),) = [(i, c) for i, c in enumerate(containers) if c["name"] == "daemon"]
+    return index, container
+
+
+def api_patch(daemonset: dict[str, Any], node: Node) -> list[dict[str, Any]]:
+    """JSON patch ops letting the daemon reach the API server as :func:`tests.cluster.postrender.reach_api` does:
+    the tier has no kube-proxy for the service address, and its API server listens on the host's loopback."""
+    index, container = _daemon_container(daemonset)
+    env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+           {"name": "KUBERNETES_SERVICE_PORT", "value": str(node.ports["apiserver"])}]
+    pointer = f"/spec/template/spec/containers/{index}/env"
+    ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True}]
+    if "env" in container:
+        return ops + [{"op": "add", "path": f"{pointer}/-", "value": item} for item in env]
+    return [*ops, {"op": "add", "path": pointer, "value": env}]
+
+
+def sysfs_patch(daemonset: dict[str, Any], host_path: Path) -> list[dict[str, Any]]:
+    """JSON patch ops mounting ``host_path`` read-only at :data:`TWO_NUMA_SYSFS` in every container that reads
+    the config (the install init container plans the infra record with it too)."""
+    pod = daemonset["spec"]["template"]["spec"]
+    mount = {"name": "two-numa-sys", "mountPath": TWO_NUMA_SYSFS, "readOnly": True}
+    ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/template/spec/volumes/-",
+                                  "value": {"name": "two-numa-sys", "hostPath": {"path": str(host_path),
+                                                                                 "type": "Directory"}}}]
+    for kind in ("initContainers", "containers"):
+        for index, _ in enumerate(pod.get(kind, [])):
+            ops.append({"op": "add", "path": f"/spec/template/spec/{kind}/{index}/volumeMounts/-", "value": mount})
+    return ops
 
 
 def nic_objects(numa_nodes: list[int]) -> list[dict[str, Any]]:
-    """A DeviceClass for the peer's devices and its slice: one "NIC" per NUMA node, with the standard attribute.
+    """A DeviceClass for the peer's devices and its slice: one "NIC" per NUMA node, in that order, with the
+    standard attribute.
 
     ``spec.nodeSelector`` rather than ``nodeName``: the test driver's own slice controller prunes
     slices with its node's ``nodeName`` it did not write (docs/design/dra-peers.md).
@@ -195,6 +232,7 @@ def nic_objects(numa_nodes: list[int]) -> list[dict[str, Any]]:
 
 def start_test_driver(node: Node, bin_dir: Path) -> Process:
     """The kubelet's e2e DRA test driver as a kubelet plugin of this node, registered with the real kubelet."""
+    (node.kubelet_root / "plugins" / PEER_DRIVER).mkdir(parents=True, exist_ok=True)  # it binds there, never makes it
     process = Process("dra-test-driver", [
         str(bin_dir / "dra-test-driver"), f"--kubeconfig={node.kubeconfig}", "kubelet-plugin",
         f"--node-name={NODE_NAME}", f"--plugin-registration-path={node.kubelet_root / 'plugins_registry'}",
@@ -202,4 +240,7 @@ def start_test_driver(node: Node, bin_dir: Path) -> Process:
         node.logs / "dra-test-driver.log")
     process.start()
     node.processes["dra-test-driver"] = process
+    registry = node.kubelet_root / "plugins_registry"
+    wait_for("the test driver serves its registration socket",
+             lambda: any(p.name.startswith(PEER_DRIVER) for p in registry.iterdir()), 60, alive=process.check_alive)
     return process

@@ -23,6 +23,7 @@ import yaml
 from deviceplugin.model.cpulist import parse_cpu_list
 from deviceplugin.model.resourceslices import device_name
 from tests.cluster.deploy import (
+    DAEMONSET,
     DEPLOY,
     NAMESPACE,
     Deployment,
@@ -59,7 +60,7 @@ from tests.cluster.dra import (
 )
 from tests.cluster.node import BUSYBOX_IMAGE, wait_for
 
-EXCLUSIVE = "cmk.intel.com/exclusive-cores"
+EXCLUSIVE, INFRA = "cmk.intel.com/exclusive-cores", "cmk.intel.com/infra"
 
 
 @dataclass
@@ -101,7 +102,7 @@ def checkpoint(deployed: Deployment) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def switched(deployed: Deployment) -> Iterator[Switched]:
     node = deployed.node
-    held_pod = start_pinned_pod(node, deployed.served(), deployed.threads_per_core)
+    held_pod = start_pod(node, seed_pod(deployed, "cmk-device-plugin-held"))
     before = pinned_state(node, held_pod)
     node.kubectl("apply", "-k", str(DEPLOY / "dra"))
     overlay = config_overlay(node, deployed.overlay, "overlay-dra", "mode: dra\n")
@@ -115,11 +116,14 @@ def switched(deployed: Deployment) -> Iterator[Switched]:
         cpus = parse_cpu_list(deployed.device_cpus(EXCLUSIVE, core_id))
         yield Switched(deployed, held_pod, before, device_name(core_id), cpus)
     finally:
-        for pod in ("cmk-cdi-only", "cmk-cdi-only-2", "cmk-core-beside-nic", "cmk-no-fit"):
+        for pod in ("cmk-cdi-only", "cmk-claim-waits", "cmk-claim-next", "cmk-core-beside-nic", "cmk-no-fit",
+                    "cmk-claim-across"):
             delete_pod(node, pod)
         delete_pod(node, held_pod)
         node.kubectl("delete", "resourceclaimtemplate,resourceclaim", "--all", "--ignore-not-found", check=False)
         node.kubectl("apply", "-k", str(deployed.overlay))
+        # the tier's own overlay cannot reach the API server: whatever a failed check left goes by hand
+        node.kubectl("delete", "resourceslices", "--field-selector", "spec.driver=cpu.cmk.intel.com", check=False)
         rollout(node)
         node.kubectl("delete", "-k", str(DEPLOY / "dra"), "--ignore-not-found")
 
@@ -138,37 +142,74 @@ def test_switching_leaves_the_device_plugin_pod_pinned_and_its_core_out_of_the_s
     assert "slices_published" in daemon_log(node)
 
 
-def test_the_seed_pod_waits_for_the_held_core_then_runs_pinned_on_it_through_the_device_class(
+def claim_pod(name: str) -> list[dict[str, Any]]:
+    """deploy/examples/dra/pod-claim-cores.yaml for one core, run here: a tenth of a CPU, so the scheduler's
+    reason is the claim (on two CPUs the daemon, a one-CPU pod and another would exhaust ``cpu`` first)."""
+    template, pod = localized("pod-claim-cores.yaml", name)
+    template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 1
+    for part in ("requests", "limits"):
+        pod["spec"]["containers"][0]["resources"][part]["cpu"] = "100m"
+    return [template, pod]
+
+
+def localized(example_name: str, name: str) -> list[dict[str, Any]]:
+    """A deploy/examples/dra pod and its claim template, both named ``name``, on the tier's local image."""
+    template, pod = yaml.safe_load_all((DEPLOY / "examples" / "dra" / example_name).read_text())
+    template["metadata"]["name"] = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = name
+    pod["metadata"]["name"] = name
+    container = pod["spec"]["containers"][0]
+    container["image"], container["imagePullPolicy"] = BUSYBOX_IMAGE, "Never"
+    return [template, pod]
+
+
+def apply(node: Any, *manifests: dict[str, Any]) -> None:
+    for manifest in manifests:
+        node.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+
+def test_a_claim_for_the_core_the_device_plugins_pod_holds_waits_with_the_schedulers_reason(
         switched: Switched) -> None:
+    node = switched.deployed.node
+    apply(node, *claim_pod("cmk-claim-waits"))
+    message = wait_unschedulable(node, "cmk-claim-waits")
+    assert "cannot allocate all claims" in message, message
+    delete_pod(node, "cmk-claim-waits")
+
+
+def test_the_seed_pod_runs_pinned_on_the_freed_core_through_the_device_class(switched: Switched) -> None:
     deployed, node = switched.deployed, switched.deployed.node
-    node.kubectl("apply", "-f", "-", input=json.dumps(seed_pod(deployed)))
-    message = wait_unschedulable(node, "cmk-cdi-only")
-    assert "cannot allocate all claims" in message or EXCLUSIVE in message, message
     delete_pod(node, switched.held_pod)  # the kubelet frees the device plugin's core: the daemon publishes it
     wait_for("the freed core is published", lambda: switched.core in published(node).get("exclusive", set()), 60)
-    result = node.kubectl("wait", "--for=condition=Ready", "pod/cmk-cdi-only", "--timeout=120s", check=False,
-                          timeout=150)
-    assert result.returncode == 0, node.kubectl("describe", "pod", "cmk-cdi-only", check=False).stdout[-3000:]
+    start_pod(node, seed_pod(deployed))
     (claim,) = pod_claims(node, "cmk-cdi-only")
     assert ours(claim) == [switched.core]
     assert pinned_to(deployed, "cmk-cdi-only") == switched.cpus
     assert list(checkpoint(deployed)) == [claim["metadata"]["uid"]]
+    described = json.loads(node.kubectl(
+        "-n", NAMESPACE, "exec", f"daemonset/{DAEMONSET}", "-c", "daemon", "--", "cmk", "describe", "--config",
+        "/etc/cmk/config.yaml", "--pod-resources-socket", str(node.pod_resources_socket), "--output", "json",
+        "--usage-window", "0").stdout)
+    (pool,) = [p for p in described["live"]["pools"] if p["resource"] == EXCLUSIVE]
+    assert [(c["pod"], [device_name(i) for i in c["devices"]]) for c in pool["containers"]] == [
+        ("cmk-cdi-only", [switched.core])]
+    assert any(note.startswith("DRA mode") for note in described["live"]["notes"])
 
 
-def test_a_second_pod_for_the_same_core_waits_and_a_kubelet_restart_changes_nothing(switched: Switched) -> None:
-    deployed, node = switched.deployed, switched.deployed.node
+def test_a_second_claim_for_the_same_core_waits_and_a_kubelet_restart_changes_nothing(switched: Switched) -> None:
+    node = switched.deployed.node
     before = pinned_state(node, "cmk-cdi-only")
-    node.kubectl("apply", "-f", "-", input=json.dumps(seed_pod(deployed, "cmk-cdi-only-2")))
-    wait_unschedulable(node, "cmk-cdi-only-2")
+    apply(node, *claim_pod("cmk-claim-next"))
+    wait_unschedulable(node, "cmk-claim-next")
+    registered = daemon_log(node).count("event=dra_registered")
     node.restart_kubelet()
     wait_for("the node is Ready again", node.node_ready, 120)
-    wait_for("the kubelet registered the driver again", lambda: daemon_log(node).count("dra_registered") >= 2
-             or "registered DRA driver" in daemon_log(node), 60)
+    wait_for("the new kubelet registered the driver", lambda: daemon_log(node).count("event=dra_registered")
+             > registered, 60)
     assert pinned_state(node, "cmk-cdi-only") == before
-    assert unschedulable_or_pending(node, "cmk-cdi-only-2")
+    assert pending(node, "cmk-claim-next")
 
 
-def unschedulable_or_pending(node: Any, pod: str) -> bool:
+def pending(node: Any, pod: str) -> bool:
     return node.kubectl_json("get", "pod", pod)["status"]["phase"] == "Pending"
 
 
@@ -178,22 +219,22 @@ def test_a_daemon_restart_reads_the_prepared_claim_back(switched: Switched) -> N
     held = checkpoint(deployed)
     node.kubectl("-n", NAMESPACE, "delete", "pod", "-l", "app.kubernetes.io/component=daemon", "--wait=true")
     daemon_rollout(node)
-    wait_for("the restarted daemon publishes", lambda: "slices_published" in daemon_log(node), 90)
+    wait_for("the restarted daemon publishes", lambda: "event=slices_published" in daemon_log(node), 90)
     assert checkpoint(deployed) == held
     assert pinned_state(node, "cmk-cdi-only") == before
-    assert unschedulable_or_pending(node, "cmk-cdi-only-2")
+    assert pending(node, "cmk-claim-next")
 
 
-def test_deleting_the_seed_pod_frees_its_core_for_the_next(switched: Switched) -> None:
+def test_deleting_the_seed_pod_frees_its_core_for_the_next_claim(switched: Switched) -> None:
     deployed, node = switched.deployed, switched.deployed.node
     delete_pod(node, "cmk-cdi-only")
-    result = node.kubectl("wait", "--for=condition=Ready", "pod/cmk-cdi-only-2", "--timeout=120s", check=False,
+    result = node.kubectl("wait", "--for=condition=Ready", "pod/cmk-claim-next", "--timeout=120s", check=False,
                           timeout=150)
-    assert result.returncode == 0, node.kubectl("describe", "pod", "cmk-cdi-only-2", check=False).stdout[-3000:]
-    assert pinned_to(deployed, "cmk-cdi-only-2") == switched.cpus
-    (claim,) = pod_claims(node, "cmk-cdi-only-2")
+    assert result.returncode == 0, node.kubectl("describe", "pod", "cmk-claim-next", check=False).stdout[-3000:]
+    assert pinned_to(deployed, "cmk-claim-next") == switched.cpus
+    (claim,) = pod_claims(node, "cmk-claim-next")
     assert list(checkpoint(deployed)) == [claim["metadata"]["uid"]]
-    delete_pod(node, "cmk-cdi-only-2")
+    delete_pod(node, "cmk-claim-next")
     wait_for("the claim is unprepared", lambda: not checkpoint(deployed), 60)
 
 
@@ -212,8 +253,7 @@ def two_numa(switched: Switched) -> Iterator[TwoNuma]:
     daemonset = next(d for d in yaml.safe_load_all(node.kubectl("kustomize", str(deployed.overlay)).stdout)
                      if d and d["kind"] == "DaemonSet")
     overlay = config_overlay(node, deployed.overlay, "overlay-dra-two-numa",
-                             f"mode: dra\nsysfs-root: {TWO_NUMA_SYSFS}\n",
-                             patches=[{"target": {"kind": "DaemonSet"}, "patch": json.dumps(sysfs_patch(daemonset, sysfs))}])
+                             f"mode: dra\nsysfs-root: {TWO_NUMA_SYSFS}\n", patches=sysfs_patch(daemonset, sysfs))
     driver = start_test_driver(node, dra_peers_bin())
     try:
         node.kubectl("apply", "-k", str(overlay))
@@ -225,8 +265,9 @@ def two_numa(switched: Switched) -> Iterator[TwoNuma]:
         (core,) = [d for s in our_slices(node) if s["metadata"]["labels"]["cmk.intel.com/pool"] == "exclusive"
                    for d in s["spec"]["devices"]]
         attributes = core["attributes"]
-        for item in nic_objects([0, 1]):
-            node.kubectl("apply", "-f", "-", input=json.dumps(item))
+        # the other node's NIC first: the scheduler, unconstrained, takes a slice's devices in order
+        apply(node, *nic_objects([1 - attributes["resource.kubernetes.io/numaNode"]["int"],
+                                  attributes["resource.kubernetes.io/numaNode"]["int"]]))
         yield TwoNuma(switched, core["name"], parse_cpu_list(attributes["smtSiblings"]["string"]),
                       attributes["resource.kubernetes.io/numaNode"]["int"])
     finally:
@@ -239,24 +280,20 @@ def two_numa(switched: Switched) -> Iterator[TwoNuma]:
 
 def aligned_manifests(deployed: Deployment, name: str, nic_selector: str | None = None) -> list[dict[str, Any]]:
     """deploy/examples/dra/pod-core-beside-nic.yaml with the test driver's class for the NIC, run here."""
-    template, pod = yaml.safe_load_all((DEPLOY / "examples" / "dra" / "pod-core-beside-nic.yaml").read_text())
-    template["metadata"]["name"] = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = name
+    template, pod = localized("pod-core-beside-nic.yaml", name)
     (nic,) = [r for r in template["spec"]["spec"]["devices"]["requests"] if r["name"] == "nic"]
     nic["exactly"]["deviceClassName"] = NIC_CLASS
     if nic_selector:
         nic["exactly"]["selectors"] = [{"cel": {"expression": nic_selector}}]
-    pod["metadata"]["name"] = name
-    container = pod["spec"]["containers"][0]
-    container["image"], container["imagePullPolicy"] = BUSYBOX_IMAGE, "Never"
     for part in ("requests", "limits"):
-        container["resources"][part]["cpu"] = str(deployed.threads_per_core)
+        pod["spec"]["containers"][0]["resources"][part]["cpu"] = str(deployed.threads_per_core)
     return [template, pod]
 
 
 def test_a_claim_for_a_core_beside_a_nic_gets_both_on_one_numa_node(two_numa: TwoNuma) -> None:
     deployed, node = two_numa.switched.deployed, two_numa.switched.deployed.node
     template, pod = aligned_manifests(deployed, "cmk-core-beside-nic")
-    node.kubectl("apply", "-f", "-", input=json.dumps(template))
+    apply(node, template)
     start_pod(node, pod)
     (claim,) = pod_claims(node, "cmk-core-beside-nic")
     results = {r["request"]: r for r in allocated_devices(claim)}
@@ -272,8 +309,7 @@ def test_a_claim_no_numa_node_can_meet_stays_pending_with_the_schedulers_reason(
     other = 1 - two_numa.core_node
     template, pod = aligned_manifests(deployed, "cmk-no-fit",
                                       f'device.attributes["resource.kubernetes.io"].numaNode == {other}')
-    node.kubectl("apply", "-f", "-", input=json.dumps(template))
-    node.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    apply(node, template, pod)
     message = wait_unschedulable(node, "cmk-no-fit")
     assert "cannot allocate all claims" in message, message
     status = node.kubectl_json("get", "pod", "cmk-no-fit")
@@ -281,13 +317,27 @@ def test_a_claim_no_numa_node_can_meet_stays_pending_with_the_schedulers_reason(
     delete_pod(node, "cmk-no-fit")
 
 
-def test_switching_back_deletes_the_slices_and_the_device_plugins_serve_again(two_numa: TwoNuma) -> None:
+def test_switching_back_keeps_a_claims_core_out_of_the_device_plugins_until_its_pod_goes(two_numa: TwoNuma) -> None:
     deployed, node = two_numa.switched.deployed, two_numa.switched.deployed.node
-    node.kubectl("apply", "-k", str(deployed.overlay))
-    rollout(node)
+    template, pod = claim_pod("cmk-claim-across")
+    apply(node, template)
+    start_pod(node, pod)
+    before = pinned_state(node, "cmk-claim-across")
+    node.kubectl("apply", "-k", str(config_overlay(node, deployed.overlay, "overlay-back", "")))
+    daemon_rollout(node)
     wait_for("the node's slices are deleted", lambda: not our_slices(node), 60)
-    pod = start_pinned_pod(node, deployed.served(), deployed.threads_per_core)
+    assert "event=dra_claims_left" in daemon_log(node)
+    wait_for("the kubelet's allocatable names the device plugins again", lambda: allocatable(node, INFRA)
+             not in (None, "0"), 90)
+    assert allocatable(node, EXCLUSIVE) == "0"  # the claim's core: out of the device plugins
+    assert pinned_state(node, "cmk-claim-across") == before
+    delete_pod(node, "cmk-claim-across")  # the kubelet unprepares it through the driver the daemon kept
+    cores = str(next(p for p in deployed.pools() if p["resource"] == EXCLUSIVE)["advertised"])
+    wait_for("the core is back in the device plugins", lambda: allocatable(node, EXCLUSIVE) == cores, 90)
+    assert "event=dra_claims_gone" in daemon_log(node)
+    rollout(node)
+    pinned = start_pinned_pod(node, deployed.served(), deployed.threads_per_core)
     try:
-        assert pinned_to(deployed, pod) == two_numa.switched.cpus
+        assert pinned_to(deployed, pinned) == two_numa.switched.cpus
     finally:
-        delete_pod(node, pod)
+        delete_pod(node, pinned)

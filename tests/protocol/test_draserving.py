@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +175,25 @@ def test_back_in_device_plugin_mode_a_claims_core_stays_out_until_the_kubelet_un
     kubelet.wait_for(lambda: kubelet.allocatable().get(EXCLUSIVE) == 3, what="the unprepared core served")
     kubelet.wait_for(lambda: not (dra.plugins_registry_dir / f"{DRIVER_NAME}-reg.sock").exists(),
                      what="the driver deregistered")
+
+
+def test_a_leftover_claims_core_stays_out_even_where_the_new_plan_puts_it_in_another_pool(
+        settings, kubelet, daemons) -> None:
+    api = Api()
+    dra = settings(ServingMode.DRA)
+    daemon = daemons.start(dra_daemon(dra, api, kubelet))
+    api.wait(lambda: bool(api.slices), "slices published")
+    (core,) = [i for i, d in daemon.tree[EXCLUSIVE].devices.items() if d.cpus == {2, 10}]
+    api.claims["pinned"] = [AllocatedDevice("cores", DRIVER_NAME, NODE, device_name(core))]
+    claim = dra_pb.Claim(namespace="default", name="pinned", uid="uid-pinned")
+    assert not dra_stub(dra).NodePrepareResources(dra_pb.NodePrepareResourcesRequest(claims=[claim]),
+                                                  timeout=5).claims["uid-pinned"].error
+    daemon.stop()
+
+    moved = replace(settings(ServingMode.DEVICE_PLUGIN), plan=PlanOptions(num_exclusive_cores=2, num_shared_cores=2))
+    back = daemons.start(Daemon(moved))  # the new plan puts {2,10} into shared
+    wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
+    assert not {2, 10} & {cpu for d in back.tree[SHARED].devices.values() if d.healthy for cpu in d.cpus}
+    dra_stub(dra).NodeUnprepareResources(dra_pb.NodeUnprepareResourcesRequest(claims=[claim]), timeout=5)
+    kubelet.wait_for(lambda: {2, 10} <= {cpu for d in back.tree[SHARED].devices.values() for cpu in d.cpus},
+                     what="the unprepared core back in its new pool")

@@ -58,6 +58,23 @@ def test_list_entries_per_numa_node_fold_into_one_holding_per_container_and_reso
     assert allocatable_from(allocatable) == {SHARED: frozenset({"shared-000", "shared-001"})}
 
 
+def test_a_containers_claim_devices_of_our_driver_count_as_its_holding_of_their_pool():
+    from deviceplugin.model.devices import device_tree
+    from deviceplugin.model.resourceslices import DRIVER_NAME, driver_devices
+
+    tree = device_tree(PLAN, XEON_D.online)
+    core = next(iter(tree[EXCLUSIVE].devices))
+    claim = pb.DynamicResource(claim_name="c1", claim_namespace="ns", claim_resources=[
+        pb.ClaimResource(driver_name=DRIVER_NAME, pool_name="node-a", device_name=core),
+        pb.ClaimResource(driver_name="nic.example.com", pool_name="node-a", device_name=core),  # not ours
+    ])
+    response = pb.ListPodResourcesResponse(pod_resources=[pb.PodResources(name="p", namespace="ns", containers=[
+        pb.ContainerResources(name="c", dynamic_resources=[claim])])])
+    assert holdings_from(response, [EXCLUSIVE, SHARED], driver_devices(tree)) == (
+        Holding("ns", "p", "c", EXCLUSIVE, (core,)),)
+    assert holdings_from(response, [EXCLUSIVE, SHARED]) == ()  # device-plugin mode reads device plugins' only
+
+
 # --- live view ----------------------------------------------------------------------------------
 
 def pools_of(live):
