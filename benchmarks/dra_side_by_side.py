@@ -179,7 +179,7 @@ class Side:
     held: str  # the last pod's CPUs (its cpuset) while the BestEffort pod ran
     rss_kib: int
     restart_ready: float | None  # kubelet restart -> devices back / driver registered (s)
-    restart_pod: float  # kubelet restart -> the first pod created once ready that runs is Running (s)
+    restart_pod: float | None  # kubelet restart -> the first pod created once ready that runs is Running (s)
     restart_refused: int  # pods created once ready that the kubelet refused before that one
 
 
@@ -280,6 +280,7 @@ class Way:
     pod: dict[str, Any]
     ready: Callable[[str], bool]  # the kubelet's log line saying the plugins are back
     pid: Callable[[], int]  # the daemon's or driver's process
+    recover: Callable[[], None] = lambda: None  # after a restart that left nothing served: the way back
 
 
 def ready_after(node: Node, restarted: float, wanted: Callable[[str], bool], timeout: float = 60) -> float | None:
@@ -297,9 +298,10 @@ def ready_after(node: Node, restarted: float, wanted: Callable[[str], bool], tim
     return None
 
 
-def first_pod_running(node: Node, way: Way, started: float, timeout: float = 180) -> tuple[float, int]:
-    """Pods of ``way`` created one after another until one runs: (monotonic ``started`` -> it is Running,
-    how many the kubelet refused first). A device plugin's pod can fail admission after a restart."""
+def first_pod_running(node: Node, way: Way, started: float, timeout: float = 60) -> tuple[float | None, int]:
+    """Pods of ``way`` created one after another until one runs: (monotonic ``started`` -> it is Running, or
+    None when none ran within ``timeout``; how many the kubelet refused first). A device plugin's pod can fail
+    admission after a restart; a DRA driver whose slices the restarted kubelet deleted serves none."""
     refused = 0
     deadline = time.monotonic() + timeout
     while True:
@@ -317,8 +319,10 @@ def first_pod_running(node: Node, way: Way, started: float, timeout: float = 180
                 refused += 1
                 break
             if time.monotonic() > deadline:
-                described = node.kubectl("describe", "pod", name, check=False).stdout[-3000:]
-                raise RuntimeError(f"no pod ran within {timeout:g} s of the kubelet restart:\n{described}")
+                described = node.kubectl("describe", "pod", name, check=False).stdout.splitlines()[-2:]
+                print(f"{way.label}: no pod ran within {timeout:g} s of the kubelet restart: {described}", flush=True)
+                delete_pod(node, name)
+                return None, refused
             time.sleep(0.1)
 
 
@@ -343,7 +347,16 @@ def run_way(node: Node, watch: PodWatch, way: Way, pods: int) -> Side:
     ready = ready_after(node, restarted, way.ready)
     wait_for("the node is Ready after the kubelet restart", node.node_ready, 120)
     after, refused = first_pod_running(node, way, started)
+    if after is None:
+        way.recover()
     return Side(way.label, figures, shared, figures[-1].cpuset, rss, ready, after, refused)
+
+
+def restart_daemon(node: Node) -> None:
+    """The daemon pod deleted and rolled out again: it publishes the node's slices at its start."""
+    node.kubectl("-n", NAMESPACE, "delete", "pod", "-l", "app.kubernetes.io/component=daemon", "--wait=true")
+    daemon_rollout(node)
+    wait_for("the restarted daemon's slices", lambda: "exclusive" in published(node), 90)
 
 
 def switch_to_dra(node: Node, overlay: Path) -> None:
@@ -409,11 +422,13 @@ def measure(node: Node, pods: int, threads: int) -> list[Side]:
                                           lambda: daemon_pid(node)), pods)]
         switch_to_dra(node, deployed.overlay)
         sides.append(run_way(node, watch, Way("dra-ext", "(b) DRA, extended name", pod,
-                                              dra_registered(DRIVER_NAME), lambda: daemon_pid(node)), pods))
+                                              dra_registered(DRIVER_NAME), lambda: daemon_pid(node),
+                                              lambda: restart_daemon(node)), pods))
         node.kubectl("apply", "-f", "-", input=json.dumps(claim_template(
             "bench-cmk-core", {"deviceClassName": CMK_EXCLUSIVE_CLASS, "count": 1})))
         sides.append(run_way(node, watch, Way("dra-claim", "(c) DRA, claim", claim_pod(pod, "bench-cmk-core"),
-                                              dra_registered(DRIVER_NAME), lambda: daemon_pid(node)), pods))
+                                              dra_registered(DRIVER_NAME), lambda: daemon_pid(node),
+                                              lambda: restart_daemon(node)), pods))
         # dracpu sets every container's cpuset through NRI: it gets the node alone
         remove_kustomize_deploy(node)
         node.kubectl("delete", "-k", str(DEPLOY / "dra"), "--ignore-not-found", check=False)
