@@ -5,7 +5,10 @@
 and plans it with the default pool sizes (every isolated core but one exclusive: the most
 devices such a node publishes). It prints the slices,
 devices, the largest slice's and all slices' JSON size, and the build's p50/p90 (the tree to
-slice dicts) beside ``json.dumps`` of them (what the client does next), both in-process.
+slice dicts) beside ``json.dumps`` of them (what the client does next), both in-process; then the
+daemon's publish of them (``host/sliceapi.py``) over real TLS to the tests' API server stand-in
+(``tests/support/apiserver.py``, in-memory, in this process): the first publish and an unchanged
+republish, requests and wall time (the real API server adds its admission and etcd on top).
 """
 
 from __future__ import annotations
@@ -40,6 +43,27 @@ def p50_p90(samples: list[float]) -> str:
     return f"{statistics.median(samples):.1f} / {statistics.quantiles(samples, n=10)[-1]:.1f}"
 
 
+def publish_times(slices: list[dict[str, object]], scratch: Path) -> str:
+    """``| requests, s first | requests, s again |`` of publishing ``slices`` to a fresh stand-in."""
+    import os
+    import time
+
+    from deviceplugin.host.kubeapi import KubeApi
+    from deviceplugin.host.sliceapi import publish
+    from tests.support.apiserver import serve
+
+    scratch.mkdir()
+    with serve(scratch) as (store, account, port):
+        os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"] = "127.0.0.1", str(port)
+        store.put(f"/api/v1/nodes/{NODE}", {"metadata": {"name": NODE}})
+        api, cells = KubeApi(account), []
+        for _ in range(2):
+            before, started = len(store.seen), time.perf_counter()
+            publish(api, NODE, slices)
+            cells.append(f"{len(store.seen) - before} requests, {time.perf_counter() - started:.2f} s")
+    return f"| {cells[0]} | {cells[1]} |"
+
+
 def measure(cpus: int, runs: int, scratch: Path) -> list[str]:
     sockets, nodes, cores, threads = SHAPES[cpus]
     node0 = {c + t * sockets * nodes * cores for c in range(cores) for t in range(threads)}
@@ -59,7 +83,8 @@ def measure(cpus: int, runs: int, scratch: Path) -> list[str]:
         build_ms = samples_ms(build, runs, warmup=1)
         dump_ms = samples_ms(lambda s=slices: [json.dumps(x) for x in s], runs, warmup=1)
         rows.append(f"| {cpus:,} | {name} | {len(slices)} | {devices:,} | {max(sizes) / 1024:.1f} KiB "
-                    f"| {sum(sizes) / 1024:.0f} KiB | {p50_p90(build_ms)} | {p50_p90(dump_ms)} |")
+                    f"| {sum(sizes) / 1024:.0f} KiB | {p50_p90(build_ms)} | {p50_p90(dump_ms)} "
+                    + publish_times(slices, scratch / f"api-{cpus}"))
     return rows
 
 
@@ -73,8 +98,9 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"no synthetic shape for {unknown}; known: {', '.join(map(str, SHAPES))}", file=sys.stderr)
         return 2
-    print("| CPUs | plan | slices | devices | largest slice | all slices | build ms p50/p90 | json.dumps ms p50/p90 |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| CPUs | plan | slices | devices | largest slice | all slices | build ms p50/p90 | json.dumps ms p50/p90 "
+          "| first publish | unchanged republish |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     root = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
     with tempfile.TemporaryDirectory(prefix="cmk-bench-dra-", dir=root) as scratch:
         for cpus in sizes:

@@ -132,7 +132,7 @@ def _dra_link(args: argparse.Namespace) -> DraLink:
         raise CmkError("--mode dra publishes ResourceSlices through the API server: run it in the DaemonSet's pod "
                        "(it needs the pod's service account and $NODE_NAME or --node-name), or use --mode device-plugin")
     api = KubeApi()
-    return DraLink(node_name=node, publish=lambda slices_at: publish(api, node, slices_at),
+    return DraLink(node_name=node, publish=lambda slices_at: publish(api, node, slices_at).wrote,
                    claims=ApiClaimSource(api), held=_device_plugin_holdings(args.pod_resources_socket))
 
 

@@ -38,6 +38,8 @@ SERVICE_SOCKET = "dra.sock"
 CHECKPOINT = "claims.json"
 #: Seconds between publish attempts while the API server refuses, doubling up to the most.
 RETRY, RETRY_MAX = 5.0, 60.0
+#: Seconds between checks that the API server still has the slices as published.
+RESYNC = 60.0
 
 #: slices for a generation: the publisher picks the generation from what the API server holds
 SlicesAt = Callable[[int], list[dict[str, Any]]]
@@ -48,8 +50,8 @@ class DraLink:
     """What DRA mode reaches beyond the kubelet: the node's name, where slices go, where claims are read."""
 
     node_name: str
-    #: publish the node's slices (replacing the ones it has); raises on a refusal
-    publish: Callable[[SlicesAt], object]
+    #: publish the node's slices (replacing the ones it has): True if anything was written; raises on a refusal
+    publish: Callable[[SlicesAt], bool]
     claims: ClaimSource
     #: the device plugins' holdings (resource -> IDs) from pod resources; None when unknown
     held: Callable[[], Mapping[str, frozenset[str]] | None] = dict
@@ -83,7 +85,8 @@ class DraServing:
         if self._plugin is None:  # one plugin for the process: its prepared claims outlive re-serving
             self._plugin = DraPlugin(tree, self._link.claims, ClaimFile(self.checkpoint),
                                      pool_name=self._link.node_name, where=str(self.checkpoint))
-        self.sockets.start(self._plugin, ready=lambda: self._published, config_ok=self._config_ok)
+        self.sockets.start(self._plugin, ready=lambda: self._published, config_ok=self._config_ok,
+                           on_registered=self._registered)
         self._want(tree, refused)
         if self._thread is None:
             self._thread = threading.Thread(target=self._publish_loop, name="cmk-dra-publish", daemon=True)
@@ -132,14 +135,19 @@ class DraServing:
         return resource_slices(tree, self._isolated, node_name=self._link.node_name, generation=generation)
 
     def _publish_loop(self) -> None:
-        """Publish when the tree or the device plugins' holdings change; retry while the API server refuses."""
+        """Publish at every change, and every :data:`RESYNC` seconds, since others delete the slices.
+
+        The kubelet deletes its node's slices when it starts (no driver is registered then), so a
+        publish follows every registration too; one whose content the API server has already writes
+        nothing (two requests). Retried while the API server refuses.
+        """
         last: DeviceTree | None = None
         retry, holding = RETRY, False
         known: Mapping[str, frozenset[str]] = {}
         while True:
             with self._wake:
                 if not self._dirty and not self._stopping:
-                    self._wake.wait(self._recheck if holding else None)  # a held device freed: publish it
+                    self._wake.wait(self._recheck if holding else RESYNC)  # a held device freed: publish it
                 if self._stopping:
                     return
                 self._dirty = False
@@ -149,10 +157,8 @@ class DraServing:
             held = known if read is None else read  # unread: as last read (none at the first, said so)
             known = held
             want = unheld({r: d for r, d in tree.items() if r not in refused}, held)
-            if want == last:
-                continue
             try:
-                self._link.publish(partial(self._slices, want))
+                wrote = self._link.publish(partial(self._slices, want))
             except Exception as err:  # noqa: BLE001 - the API server's refusal or any surprise: say it, try again
                 events.warning("slices_unpublished", f"cannot publish the ResourceSlices of node {self._link.node_name}: "
                                f"{err} (retrying in {retry:g} s)", node=self._link.node_name, error=str(err),
@@ -162,13 +168,21 @@ class DraServing:
                     self._dirty = True
                 retry = min(retry * 2, RETRY_MAX)
                 continue
-            retry, last, self._published = RETRY, want, True
-            devices = {d.resource: d.healthy for d in want.values()}
-            out = sum(len(ids) for ids in held.values())
-            events.info("slices_published", f"published the ResourceSlices of node {self._link.node_name}: "
-                        + ", ".join(f"{r} {n}" for r, n in devices.items())
-                        + (f"; {out} devices still held by device-plugin containers left out" if out else ""),
-                        node=self._link.node_name, devices=devices, held_out=out)
+            retry, self._published = RETRY, True
+            if wrote or want != last:
+                devices = {d.resource: d.healthy for d in want.values()}
+                out = sum(len(ids) for ids in held.values())
+                events.info("slices_published", f"published the ResourceSlices of node {self._link.node_name}: "
+                            + ", ".join(f"{r} {n}" for r, n in devices.items())
+                            + (f"; {out} devices still held by device-plugin containers left out" if out else ""),
+                            node=self._link.node_name, devices=devices, held_out=out)
+            last = want
+
+    def _registered(self) -> None:
+        """From a gRPC thread: the kubelet registered the driver (after its restart, its slices are gone)."""
+        with self._wake:
+            self._dirty = True
+            self._wake.notify()
 
 
 class DriverSockets:
@@ -180,7 +194,8 @@ class DriverSockets:
         self._registration: Registration | None = None
         self._servers: list[grpc.Server] = []
 
-    def start(self, plugin: DraPlugin, *, ready: Callable[[], bool], config_ok: bool) -> None:
+    def start(self, plugin: DraPlugin, *, ready: Callable[[], bool], config_ok: bool,
+              on_registered: Callable[[], None] | None = None) -> None:
         """Serve ``plugin``, then registration: the kubelet dials the service as soon as it hears of it.
 
         ``ready``: what the service socket's health check (``cmk probe``) says beyond the registration.
@@ -189,7 +204,7 @@ class DriverSockets:
         self.registration_socket.parent.mkdir(parents=True, exist_ok=True)
         health = ReadyHealth(DRIVER_NAME, lambda: self.registered and ready(), lambda: config_ok)
         self._servers.append(serve(self.service_socket, plugin, health))
-        self._registration = Registration(self.service_socket)
+        self._registration = Registration(self.service_socket, on_registered=on_registered)
         self._servers.append(serve(self.registration_socket, self._registration))
         events.info("dra_serving", f"serving DRA driver {DRIVER_NAME} on {self.service_socket}, registration at "
                     f"{self.registration_socket}", driver=DRIVER_NAME, socket=str(self.service_socket),

@@ -38,6 +38,10 @@ class Published:
     deleted: int
     unchanged: int
 
+    @property
+    def wrote(self) -> bool:
+        return bool(self.created or self.updated or self.deleted)
+
 
 @dataclass
 class _Written:

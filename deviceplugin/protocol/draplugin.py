@@ -71,8 +71,10 @@ class RegistrationStatus:
 class Registration(reg_grpc.RegistrationServicer):
     """Answers the plugin watcher: a DRA plugin of ``driver`` serving ``v1.DRAPlugin`` on ``endpoint``."""
 
-    def __init__(self, endpoint: Path, driver: str = DRIVER_NAME) -> None:
+    def __init__(self, endpoint: Path, driver: str = DRIVER_NAME, *,
+                 on_registered: Callable[[], None] | None = None) -> None:
         self.endpoint, self.driver = endpoint, driver
+        self._on_registered = on_registered
         self.status = RegistrationStatus()
         self.notified = threading.Event()
 
@@ -86,6 +88,8 @@ class Registration(reg_grpc.RegistrationServicer):
         if request.plugin_registered:
             events.info("dra_registered", f"the kubelet registered DRA driver {self.driver} at {self.endpoint}",
                         driver=self.driver, endpoint=str(self.endpoint))
+            if self._on_registered is not None:
+                self._on_registered()
         else:
             error = one_line(request.error)
             events.warning("dra_register_refused", f"the kubelet refused DRA driver {self.driver}: {error}",

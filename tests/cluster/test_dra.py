@@ -200,11 +200,13 @@ def test_a_second_claim_for_the_same_core_waits_and_a_kubelet_restart_changes_no
     before = pinned_state(node, "cmk-cdi-only")
     apply(node, *claim_pod("cmk-claim-next"))
     wait_unschedulable(node, "cmk-claim-next")
-    registered = daemon_log(node).count("event=dra_registered")
+    registered, devices = daemon_log(node).count("event=dra_registered"), published(node)
     node.restart_kubelet()
     wait_for("the node is Ready again", node.node_ready, 120)
     wait_for("the new kubelet registered the driver", lambda: daemon_log(node).count("event=dra_registered")
              > registered, 60)
+    # the starting kubelet deletes its node's slices: the driver publishes them again once registered
+    wait_for("the slices are back", lambda: published(node) == devices, 60)
     assert pinned_state(node, "cmk-cdi-only") == before
     assert pending(node, "cmk-claim-next")
 

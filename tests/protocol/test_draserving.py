@@ -43,16 +43,20 @@ class Api:
 
     slices: list[dict[str, Any]] = field(default_factory=list)
     refuse: int = 0  # refuse the next N publishes
+    published_count: int = 0
     claims: dict[str, list[AllocatedDevice]] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition)
 
-    def publish(self, slices_at: Callable[[int], list[dict[str, Any]]]) -> None:
+    def publish(self, slices_at: Callable[[int], list[dict[str, Any]]]) -> bool:
         if self.refuse:
             self.refuse -= 1
             raise RuntimeError("POST resourceslices: 503 Service Unavailable: etcd leader changed")
         with self.changed:
-            self.slices = slices_at(len(self.slices) + 1)
+            self.published_count += 1
+            new = slices_at(self.published_count)
+            wrote, self.slices = [s["spec"]["devices"] for s in new] != [s["spec"]["devices"] for s in self.slices], new
             self.changed.notify_all()
+        return wrote
 
     def published(self, pool: str) -> set[str]:
         return {d["name"] for s in self.slices if s["metadata"]["labels"]["cmk.intel.com/pool"] == pool
@@ -197,3 +201,15 @@ def test_a_leftover_claims_core_stays_out_even_where_the_new_plan_puts_it_in_ano
     dra_stub(dra).NodeUnprepareResources(dra_pb.NodeUnprepareResourcesRequest(claims=[claim]), timeout=5)
     kubelet.wait_for(lambda: {2, 10} <= {cpu for d in back.tree[SHARED].devices.values() for cpu in d.cpus},
                      what="the unprepared core back in its new pool")
+
+
+def test_each_registration_publishes_again_since_a_starting_kubelet_deletes_the_nodes_slices(
+        settings, kubelet, daemons) -> None:
+    api = Api()
+    dra = settings(ServingMode.DRA)
+    daemons.start(dra_daemon(dra, api, kubelet))
+    api.wait(lambda: bool(api.slices), "slices published")
+    with api.changed:
+        api.slices, count = [], api.published_count  # what the kubelet's start does to them
+    registration(dra).NotifyRegistrationStatus(reg_pb.RegistrationStatus(plugin_registered=True), timeout=5)
+    api.wait(lambda: api.published_count > count and bool(api.slices), "published again after the registration")
