@@ -155,18 +155,23 @@ def test_switching_to_dra_keeps_a_core_a_device_plugin_container_holds_out_of_th
     api.wait(lambda: device_name(held) in api.published("exclusive"), "the freed core published")
 
 
-def test_back_in_device_plugin_mode_a_claims_core_stays_out_until_the_kubelet_unprepares_it(
-        settings, kubelet, daemons) -> None:
+def prepared_then_stopped(settings, kubelet, daemons, pick: Callable[[Any], str]) -> tuple[DaemonSettings, Any]:
+    """A DRA-mode daemon that prepared claim ``pinned`` on the exclusive core ``pick(tree)`` names, then stopped."""
     api = Api()
     dra = settings(ServingMode.DRA)
     daemon = daemons.start(dra_daemon(dra, api, kubelet))
     api.wait(lambda: bool(api.slices), "slices published")
-    core = min(api.published("exclusive"))
-    api.claims["pinned"] = [AllocatedDevice("cores", DRIVER_NAME, NODE, core)]
+    api.claims["pinned"] = [AllocatedDevice("cores", DRIVER_NAME, NODE, device_name(pick(daemon.tree)))]
     claim = dra_pb.Claim(namespace="default", name="pinned", uid="uid-pinned")
     answer = dra_stub(dra).NodePrepareResources(dra_pb.NodePrepareResourcesRequest(claims=[claim]), timeout=5)
     assert not answer.claims["uid-pinned"].error and checkpoint_path(dra).exists()
     daemon.stop()
+    return dra, claim
+
+
+def test_back_in_device_plugin_mode_a_claims_core_stays_out_until_the_kubelet_unprepares_it(
+        settings, kubelet, daemons) -> None:
+    dra, claim = prepared_then_stopped(settings, kubelet, daemons, lambda tree: min(tree[EXCLUSIVE].devices))
 
     back = daemons.start(Daemon(settings(ServingMode.DEVICE_PLUGIN)))
     wait_registered(kubelet, {EXCLUSIVE, SHARED, INFRA})
@@ -183,16 +188,8 @@ def test_back_in_device_plugin_mode_a_claims_core_stays_out_until_the_kubelet_un
 
 def test_a_leftover_claims_core_stays_out_even_where_the_new_plan_puts_it_in_another_pool(
         settings, kubelet, daemons) -> None:
-    api = Api()
-    dra = settings(ServingMode.DRA)
-    daemon = daemons.start(dra_daemon(dra, api, kubelet))
-    api.wait(lambda: bool(api.slices), "slices published")
-    (core,) = [i for i, d in daemon.tree[EXCLUSIVE].devices.items() if d.cpus == {2, 10}]
-    api.claims["pinned"] = [AllocatedDevice("cores", DRIVER_NAME, NODE, device_name(core))]
-    claim = dra_pb.Claim(namespace="default", name="pinned", uid="uid-pinned")
-    assert not dra_stub(dra).NodePrepareResources(dra_pb.NodePrepareResourcesRequest(claims=[claim]),
-                                                  timeout=5).claims["uid-pinned"].error
-    daemon.stop()
+    dra, claim = prepared_then_stopped(settings, kubelet, daemons, lambda tree: next(
+        i for i, d in tree[EXCLUSIVE].devices.items() if d.cpus == {2, 10}))
 
     moved = replace(settings(ServingMode.DEVICE_PLUGIN), plan=PlanOptions(num_exclusive_cores=2, num_shared_cores=2))
     back = daemons.start(Daemon(moved))  # the new plan puts {2,10} into shared
