@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.support import vmtiers
+
 settings.register_profile("cmk", deadline=None)
 settings.load_profile("cmk")
 
@@ -21,10 +23,13 @@ TIERS = {"unit": "unit", "protocol": "protocol", "pinner": "pinner", "hostile": 
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test with its tier by its directory, so no test module has to say (or can forget) which."""
+    """Mark every test with its tier by its directory, so no test module has to say (or can forget) which; the
+    VM tiers' tests last, since their VMs boot in the background meanwhile (:mod:`tests.support.vmtiers`)."""
     tests = Path(__file__).resolve().parent
+    tiers = {}
     for item in items:
         parts = Path(item.fspath).resolve().relative_to(tests).parts
-        tier = TIERS.get(parts[0]) if len(parts) > 1 else None
+        tiers[item.nodeid] = tier = TIERS.get(parts[0]) if len(parts) > 1 else None
         if tier is not None:
             item.add_marker(getattr(pytest.mark, tier))
+    items.sort(key=lambda item: tiers[item.nodeid] in vmtiers.LAST)

@@ -1,4 +1,4 @@
-"""The node tier's VMs: one boot per machine shape for the whole session, started as soon as pytest needs one.
+"""The node tier's VMs: one boot per machine shape for the whole session, in the tier's turn from the run's start.
 
 Shapes (a) and (b) boot side by side; (c) boots once (a) has said which
 kernel command line `cmk host-config` prints. Each boot runs every check of
@@ -7,8 +7,6 @@ its shape; the tests then assert on its result one check at a time.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 
 from tests.node.shapes import SHAPES, Shape
 from tests.node.vm import Boot, BootError, boot
+from tests.support import vmtiers
 from tests.support.native import ensure_native_pinner
 
 _BOOTED: list[Boot] = []
@@ -65,21 +64,35 @@ class Boots:
         self._start(SHAPES[name])
         return self._futures[name].result()
 
-    def close(self) -> None:
+    def booted(self) -> Boots:
+        """Itself once every boot has ended (the tier's turn, :mod:`tests.support.vmtiers`)."""
         self._pool.shutdown(wait=True)
+        return self
+
+
+_TIER: list[vmtiers.Tier[Boots]] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if vmtiers.using(session.items, "node_boots") and not session.config.option.collectonly:
+        ensure_native_pinner()  # the guest's root is read-only: `cmk install` there copies this build
+        needed = vmtiers.params_of(session.items, "node_boots", "shape")
+        _TIER.append(vmtiers.Tier("cmk-node-", lambda share: Boots(share, needed).booted()))
+
+
+def pytest_sessionfinish() -> None:
+    """A run that ended before the tier's tests were done (``-x``, a Ctrl-C) stops its VMs."""
+    for tier in _TIER:
+        if not tier.ended:
+            vmtiers.stop()
+            tier.end()
 
 
 @pytest.fixture(scope="session")
-def node_boots(request: pytest.FixtureRequest) -> Iterator[Boots]:
-    needed = {item.callspec.params["shape"] for item in request.session.items
-              if "node_boots" in getattr(item, "fixturenames", ()) and hasattr(item, "callspec")
-              and "shape" in item.callspec.params}
-    ensure_native_pinner()  # the guest's root is read-only: `cmk install` there copies this build
-    share = Path(tempfile.mkdtemp(prefix="cmk-node-", dir="/tmp"))
-    boots = Boots(share, needed)
-    yield boots
-    boots.close()
-    shutil.rmtree(share, ignore_errors=True)
+def node_boots() -> Iterator[Boots]:
+    (tier,) = _TIER
+    yield tier.booted()
+    tier.end()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -16,7 +16,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.node.shapes import Shape
-from tests.support import escape
+from tests.support import escape, vmtiers
 
 REPO = Path(__file__).resolve().parents[2]
 #: A hang is bounded by this, not a speed: a boot plus every check took 2 to 3.5 minutes on a busy 2-CPU
@@ -137,18 +136,15 @@ def run_vm(command: list[str], console: Path, timeout: float = BOOT_TIMEOUT_SECO
     systemd tiers both boot through it."""
     # vng runs virtme-run from the PATH: the venv's bin, beside vng, whether or not the venv is activated.
     env = {**os.environ, "PATH": f"{Path(command[0]).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    with console.open("wb") as log:
-        # Its own process group: on a timeout, qemu (vng's child) goes too.
-        process = subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True, env=env)
+    with console.open("wb") as log, vmtiers.started(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log,
+                                                   stderr=subprocess.STDOUT, env=env) as process:
+        # its own process group, killed whole after: on a timeout, or when the session ends first, qemu goes too
+        if process is None:
+            return "not booted: the session ended before the VM tiers' tests"
         try:
             return f"exit status {process.wait(timeout=timeout)}"
         except subprocess.TimeoutExpired:
             return f"killed after {timeout:.0f} s"
-        finally:
-            if process.returncode is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
 
 
 def boot(shape: Shape, cmdline: str, share: Path, extra_plan: dict[str, Any] | None = None) -> Boot:

@@ -10,9 +10,6 @@ boot, fails every test of its kernel with what went wrong.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +19,7 @@ import pytest
 
 from tests.cluster import images
 from tests.cluster.node import ControlPlane, SignalTeardown
+from tests.support import vmtiers
 from tests.support.native import ensure_native_pinner
 from tests.systemd import kubelet, steps, vm
 
@@ -67,30 +65,67 @@ class Boots:
     def get(self, label: str) -> vm.Boot:
         return self._futures[label].result()
 
+    def booted(self) -> Boots:
+        """Itself once every boot has ended (the tier's turn, :mod:`tests.support.vmtiers`)."""
+        self._pool.shutdown(wait=True)
+        return self
+
     def close(self) -> list[str]:
         """Every boot waited for, then every control plane down; what could not be removed."""
         self._pool.shutdown(wait=True)
         return [problem for plane in self.planes.values() for problem in plane.down()]
 
 
+class Tier(vmtiers.Tier[Boots]):
+    """The tier's boots; with the kubelet node, a SIGTERM or Ctrl-C stops its control planes too (this session's
+    children), and its VMs."""
+
+    def __init__(self, items: list[pytest.Item]) -> None:
+        needed = sorted(vmtiers.params_of(items, "systemd_boots", "kernel")) or list(steps.KERNELS)
+        with_kubelet = any(item.path.name == KUBELET_TESTS for item in items)
+        super().__init__("cmk-systemd-", lambda share: Boots(share, needed, with_kubelet).booted())
+        self._finishing = False
+        self._teardown = SignalTeardown(self._close).__enter__() if with_kubelet else None
+
+    def _close(self) -> list[str]:
+        if not self._finishing:  # a signal: no test will read the VMs' results
+            vmtiers.stop()
+        return self.booted().close()
+
+    def finish(self) -> list[str]:
+        """Every boot waited for and its control planes down: what could not be removed."""
+        self._finishing = True
+        problems = self._teardown.run() if self._teardown else self._close()
+        if self._teardown:
+            self._teardown.__exit__()
+        keep = bool(os.environ.get("CMK_SYSTEMD_KEEP"))
+        _SESSION["tier_seconds"] = self.end(keep)
+        if keep:
+            print(f"\nsystemd tier: results and consoles kept in {self.share}")
+        return problems
+
+
+_TIER: list[Tier] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if vmtiers.using(session.items, "systemd_boots") and not session.config.option.collectonly:
+        _TIER.append(Tier(session.items))
+
+
+def pytest_sessionfinish() -> None:
+    """A run that ended before the tier's tests were done (``-x``, a Ctrl-C) stops its VMs."""
+    for tier in _TIER:
+        if not tier.ended:
+            vmtiers.stop()
+            tier.finish()
+
+
 @pytest.fixture(scope="session")
-def systemd_boots(request: pytest.FixtureRequest) -> Iterator[Boots]:
-    needed = sorted({item.callspec.params["kernel"] for item in request.session.items
-                     if "systemd_boots" in getattr(item, "fixturenames", ()) and hasattr(item, "callspec")
-                     and "kernel" in item.callspec.params})
-    with_kubelet = any(item.path.name == KUBELET_TESTS for item in request.session.items)
-    share = Path(tempfile.mkdtemp(prefix="cmk-systemd-", dir="/tmp"))
-    started = time.monotonic()
-    boots = Boots(share, needed or list(steps.KERNELS), with_kubelet)
-    # a SIGTERM or Ctrl-C stops the control planes too (their processes are this session's children)
-    with SignalTeardown(boots.close) as teardown:
-        yield boots
-        problems = teardown.run()
-    _SESSION["tier_seconds"] = time.monotonic() - started
-    if os.environ.get("CMK_SYSTEMD_KEEP"):
-        print(f"\nsystemd tier: results and consoles kept in {share}")
-    else:
-        shutil.rmtree(share, ignore_errors=True)
+def systemd_boots() -> Iterator[Boots]:
+    (tier,) = _TIER
+    yield tier.booted()
+    problems = tier.finish()
     assert not problems, f"the kubelet node's control planes left: {problems}"
 
 
