@@ -42,6 +42,10 @@ VERBATIM: dict[str, tuple[str, str]] = {
         "pkg/apis/dra/v1/api.proto",
         "b3066ad7f6abcfd0003c47b06ceb801d76997d78d6be505597478d3905b9cc57",
     ),
+    "api/drahealth/v1alpha1/api.proto": (
+        "pkg/apis/dra-health/v1alpha1/api.proto",
+        "75f8c523ec546ceb83bd63f3b7a38c23d979494e7015db12d146e2f39dd4528e",
+    ),
 }
 
 _GRPC_VERSION_RE = re.compile(r"^GRPC_GENERATED_VERSION = '([^']+)'$", re.MULTILINE)

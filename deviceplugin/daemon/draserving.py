@@ -25,7 +25,9 @@ from deviceplugin.events import EventLog
 from deviceplugin.host.claimfile import ClaimFile
 from deviceplugin.model.claims import AllocatedDevice, ClaimError
 from deviceplugin.model.devices import DeviceTree, PoolDevices
+from deviceplugin.model.drahealth import device_health
 from deviceplugin.model.resourceslices import DRIVER_NAME, resource_slices, unheld
+from deviceplugin.protocol.drahealth import HealthWatch
 from deviceplugin.protocol.draplugin import ClaimSource, DraPlugin, Registration, serve
 from deviceplugin.protocol.server import PoolServer, ReadyHealth
 
@@ -76,6 +78,7 @@ class DraServing:
         self._dirty = False
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._watch = HealthWatch()
 
     # --- the supervisor's interface (PoolServers') ------------------------------------------
 
@@ -86,7 +89,7 @@ class DraServing:
             self._plugin = DraPlugin(tree, self._link.claims, ClaimFile(self.checkpoint),
                                      pool_name=self._link.node_name, where=str(self.checkpoint))
         self.sockets.start(self._plugin, ready=lambda: self._published, config_ok=self._config_ok,
-                           on_registered=self._registered)
+                           on_registered=self._registered, watch=self._watch)
         self._want(tree, refused)
         if self._thread is None:
             self._thread = threading.Thread(target=self._publish_loop, name="cmk-dra-publish", daemon=True)
@@ -127,6 +130,8 @@ class DraServing:
     # --- the slices ----------------------------------------------------------------------------
 
     def _want(self, tree: DeviceTree, refused: frozenset[str]) -> None:
+        served = {resource: devices for resource, devices in tree.items() if resource not in refused}
+        self._watch.update(device_health(served, self._link.node_name))
         with self._wake:
             self._tree, self._refused, self._dirty = tree, refused, True
             self._wake.notify()
@@ -195,15 +200,16 @@ class DriverSockets:
         self._servers: list[grpc.Server] = []
 
     def start(self, plugin: DraPlugin, *, ready: Callable[[], bool], config_ok: bool,
-              on_registered: Callable[[], None] | None = None) -> None:
-        """Serve ``plugin``, then registration: the kubelet dials the service as soon as it hears of it.
+              on_registered: Callable[[], None] | None = None, watch: HealthWatch | None = None) -> None:
+        """Serve ``plugin`` (and ``watch``, the devices' health), then registration: the kubelet dials the service
+        as soon as it hears of it.
 
         ``ready``: what the service socket's health check (``cmk probe``) says beyond the registration.
         """
         self.service_socket.parent.mkdir(parents=True, exist_ok=True)
         self.registration_socket.parent.mkdir(parents=True, exist_ok=True)
         health = ReadyHealth(DRIVER_NAME, lambda: self.registered and ready(), lambda: config_ok)
-        self._servers.append(serve(self.service_socket, plugin, health))
+        self._servers.append(serve(self.service_socket, plugin, health, watch))
         self._registration = Registration(self.service_socket, on_registered=on_registered)
         self._servers.append(serve(self.registration_socket, self._registration))
         events.info("dra_serving", f"serving DRA driver {DRIVER_NAME} on {self.service_socket}, registration at "

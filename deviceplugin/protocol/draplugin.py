@@ -3,7 +3,7 @@
 Protobuf in, pure calls (:mod:`deviceplugin.model.claims`), protobuf out. Which devices a claim
 was allocated comes from a :class:`ClaimSource` (the API server's ResourceClaim, in the daemon);
 the prepared claims go to a :class:`ClaimStore` before the kubelet hears of them, so a restart
-reads back exactly what was given. Not yet wired into the daemon: ``docs/design/dra.md``.
+reads back exactly what was given; the devices' health streams from :mod:`~deviceplugin.protocol.drahealth`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import grpc
 
 from api.dra.v1 import api_pb2 as dra_pb
 from api.dra.v1 import api_pb2_grpc as dra_grpc
+from api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from api.health.v1 import health_pb2_grpc
 from api.pluginregistration.v1 import api_pb2 as reg_pb
 from api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
@@ -34,6 +35,7 @@ from deviceplugin.model.claims import (
 )
 from deviceplugin.model.devices import DeviceTree
 from deviceplugin.model.resourceslices import DRIVER_NAME
+from deviceplugin.protocol.drahealth import HealthWatch
 from deviceplugin.protocol.server import ReadyHealth, listen
 
 events = EventLog(__name__)
@@ -42,8 +44,9 @@ events = EventLog(__name__)
 PLUGIN_TYPE = "DRAPlugin"
 #: The service this plugin serves, written as the kubelet 1.36 matches it in ``supported_versions``.
 SERVICE_VERSION = "v1.DRAPlugin"
-#: The kubelet's GetInfo has a 1 s deadline and it calls Prepare/Unprepare concurrently per pod.
-WORKERS = 4
+#: The kubelet's GetInfo has a 1 s deadline and it calls Prepare/Unprepare concurrently per pod; one more
+#: for its health stream, open as long as the driver is registered.
+WORKERS = 5
 
 
 class ClaimSource(Protocol):
@@ -170,10 +173,12 @@ class DraPlugin(dra_grpc.DRAPluginServicer):
         return response
 
 
-def serve(socket_path: Path, servicer: Registration | DraPlugin, health: ReadyHealth | None = None) -> grpc.Server:
+def serve(socket_path: Path, servicer: Registration | DraPlugin, health: ReadyHealth | None = None,
+          watch: HealthWatch | None = None) -> grpc.Server:
     """A started server of ``servicer`` on ``socket_path`` (a stale socket there is replaced).
 
-    ``health``: also the gRPC health check ``cmk probe`` asks (the kubelet never calls it).
+    ``health``: also the gRPC health check ``cmk probe`` asks (the kubelet never calls it); ``watch``: also
+    ``DRAResourceHealth``, the devices' health the kubelet streams.
     """
     problem = f"cannot listen on {socket_path}: check that its directory exists and is writable"
 
@@ -184,5 +189,7 @@ def serve(socket_path: Path, servicer: Registration | DraPlugin, health: ReadyHe
             dra_grpc.add_DRAPluginServicer_to_server(servicer, server)
         if health is not None:
             health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        if watch is not None:
+            health_grpc.add_DRAResourceHealthServicer_to_server(watch, server)
 
     return listen(socket_path, problem, add, thread_prefix="cmk-dra", workers=WORKERS)

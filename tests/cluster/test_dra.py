@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,6 +60,7 @@ from tests.cluster.dra import (
     wait_unschedulable,
 )
 from tests.cluster.node import BUSYBOX_IMAGE, wait_for
+from tests.support.topologies import set_online
 
 EXCLUSIVE, INFRA = "cmk.intel.com/exclusive-cores", "cmk.intel.com/infra"
 
@@ -246,6 +248,7 @@ class TwoNuma:
     core: str  # the exclusive core's device on the two-NUMA view, as our slices publish it
     cpus: frozenset[int]  # its CPUs (its smtSiblings attribute)
     core_node: int  # its NUMA node
+    sysfs: Path  # the two-NUMA copy the daemon reads (this machine's path)
 
 
 @pytest.fixture(scope="module")
@@ -271,9 +274,9 @@ def two_numa(switched: Switched) -> Iterator[TwoNuma]:
         apply(node, *nic_objects([1 - attributes["resource.kubernetes.io/numaNode"]["int"],
                                   attributes["resource.kubernetes.io/numaNode"]["int"]]))
         yield TwoNuma(switched, core["name"], parse_cpu_list(attributes["smtSiblings"]["string"]),
-                      attributes["resource.kubernetes.io/numaNode"]["int"])
+                      attributes["resource.kubernetes.io/numaNode"]["int"], sysfs)
     finally:
-        for pod in ("cmk-core-beside-nic", "cmk-no-fit"):
+        for pod in ("cmk-core-beside-nic", "cmk-no-fit", "cmk-claim-health"):
             delete_pod(node, pod)
         for item in nic_objects([0, 1]):
             node.kubectl("delete", item["kind"].lower(), item["metadata"]["name"], "--ignore-not-found", check=False)
@@ -317,6 +320,41 @@ def test_a_claim_no_numa_node_can_meet_stays_pending_with_the_schedulers_reason(
     status = node.kubectl_json("get", "pod", "cmk-no-fit")
     assert status["status"]["phase"] == "Pending" and not status["spec"].get("nodeName")
     delete_pod(node, "cmk-no-fit")
+
+
+def claimed_health(node: Any, pod: str) -> list[tuple[str, str]]:
+    """The health and message of each device the kubelet shows in the pod's status (``allocatedResourcesStatus``)."""
+    statuses = node.kubectl_json("get", "pod", pod)["status"].get("containerStatuses", [])
+    return [(r.get("health", ""), r.get("message", "")) for c in statuses for s in c.get("allocatedResourcesStatus", [])
+            for r in s.get("resources", [])]
+
+
+def test_a_claims_pod_shows_its_cores_health_from_the_driver_and_an_offline_thread_turns_it_unhealthy(
+        two_numa: TwoNuma) -> None:
+    """DRAResourceHealth through the real kubelet: the pod's status says Healthy, then Unhealthy with the daemon's
+    reason once a thread of its core goes offline (here in the copy of sysfs the daemon reads), then Healthy."""
+    node = two_numa.switched.deployed.node
+    template, pod = claim_pod("cmk-claim-health")
+    apply(node, template)
+    start_pod(node, pod)
+    (claim,) = pod_claims(node, "cmk-claim-health")
+    assert ours(claim) == [two_numa.core]
+    wait_for("the pod's status shows its core Healthy",
+             lambda: claimed_health(node, "cmk-claim-health") == [("Healthy", "")], 60)
+    cpu = max(two_numa.cpus)
+    set_online(two_numa.sysfs, cpu, False)
+    try:
+        wait_for("the pod's status shows its core Unhealthy", lambda: [h for h, _ in claimed_health(
+            node, "cmk-claim-health")] == ["Unhealthy"], 60)
+        (_, message), = claimed_health(node, "cmk-claim-health")
+        assert message.startswith("a CPU of exclusive device") and message.endswith("is offline"), message
+        wait_for("the core leaves the slices", lambda: two_numa.core not in published(node).get("exclusive", set()),
+                 60)
+    finally:
+        set_online(two_numa.sysfs, cpu, True)
+    wait_for("the pod's status shows its core Healthy again",
+             lambda: claimed_health(node, "cmk-claim-health") == [("Healthy", "")], 60)
+    delete_pod(node, "cmk-claim-health")
 
 
 def test_switching_back_keeps_a_claims_core_out_of_the_device_plugins_until_its_pod_goes(two_numa: TwoNuma) -> None:

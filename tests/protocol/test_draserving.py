@@ -20,6 +20,8 @@ import pytest
 
 from api.dra.v1 import api_pb2 as dra_pb
 from api.dra.v1 import api_pb2_grpc as dra_grpc
+from api.drahealth.v1alpha1 import api_pb2 as health_pb
+from api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from api.pluginregistration.v1 import api_pb2 as reg_pb
 from api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from deviceplugin.daemon import Daemon, DaemonSettings, draserving
@@ -32,7 +34,7 @@ from deviceplugin.protocol.podresources import read_assignments
 from deviceplugin.standin import ContainerSpec, Kubelet, PodSpec
 from tests.support.daemon import EXCLUSIVE, INFRA, SHARED, probe, wait_registered
 from tests.support.started import StopAfter
-from tests.support.topologies import fixture_copy
+from tests.support.topologies import fixture_copy, set_online
 
 NODE = "node-a"
 
@@ -210,3 +212,27 @@ def test_each_registration_publishes_again_since_a_starting_kubelet_deletes_the_
         api.slices, count = [], api.published_count  # what the kubelet's start does to them
     registration(dra).NotifyRegistrationStatus(reg_pb.RegistrationStatus(plugin_registered=True), timeout=5)
     api.wait(lambda: api.published_count > count and bool(api.slices), "published again after the registration")
+
+
+def test_the_kubelet_hears_every_devices_health_and_a_core_whose_cpu_goes_offline_turns_unhealthy(
+        settings, kubelet, daemons) -> None:
+    """DRAResourceHealth on the service socket: every device of every pool, named as the slices name them; a core
+    with a thread offline leaves the slices and is reported Unhealthy (a pod holding it shows that in its status)."""
+    api = Api()
+    dra = settings(ServingMode.DRA)
+    daemon = daemons.start(dra_daemon(dra, api, kubelet))
+    api.wait(lambda: bool(api.slices), "slices published")
+    socket = dra.plugins_dir / DRIVER_NAME / "dra.sock"
+    stub = health_grpc.DRAResourceHealthStub(grpc.insecure_channel(f"unix:{socket}"))
+    stream = stub.NodeWatchResources(health_pb.NodeWatchResourcesRequest(), timeout=30)
+    first = {(d.device.pool_name, d.device.device_name): d.health for d in next(stream).devices}
+    assert first == {(NODE, device_name(i)): health_pb.HEALTHY for devices in daemon.tree.values()
+                     for i in devices.devices}
+    device_id = min(daemon.tree[EXCLUSIVE].devices)
+    set_online(dra.sysfs_root, max(daemon.tree[EXCLUSIVE].devices[device_id].cpus), False)
+    unhealthy: list[tuple[str, str]] = []
+    while not unhealthy:  # the next report after the change (the stream's deadline bounds the wait)
+        unhealthy = [(d.device.device_name, d.message) for d in next(stream).devices if d.health != health_pb.HEALTHY]
+    assert unhealthy == [(device_name(device_id), f"a CPU of exclusive device {device_id} is offline")]
+    api.wait(lambda: device_name(device_id) not in api.published("exclusive"), "the core out of the slices")
+    stream.cancel()

@@ -19,6 +19,7 @@ import pytest
 
 from deviceplugin.host.sysfs import discover
 from deviceplugin.model.devices import device_tree
+from deviceplugin.model.drahealth import device_health
 from deviceplugin.model.node import NodePlan, plan_node
 from deviceplugin.model.plan import (
     RESOURCE_NAMES,
@@ -185,6 +186,20 @@ def test_a_core_with_an_offline_thread_is_not_published() -> None:
 
     assert device_name(gone_id) not in names
     assert len(names) == len(exclusive.devices) - 1
+
+
+def test_a_core_with_an_offline_thread_left_out_of_the_slices_is_reported_unhealthy_to_the_kubelet() -> None:
+    topology = literal_two_nodes()
+    plan = plan_pools(topology, PlanOptions(num_exclusive_cores=2, num_shared_cores=1))
+    gone_id, gone = next(iter(device_tree(plan, topology.online)[RESOURCE_NAMES[Pool.EXCLUSIVE]].devices.items()))
+    tree = device_tree(plan, topology.online - {min(gone.cpus)})
+
+    health = device_health(tree, "node-a")
+
+    assert [(h.pool_name, h.device_name) for h in health] == [
+        ("node-a", device_name(i)) for devices in tree.values() for i in devices.devices]
+    assert [(h.device_name, h.message) for h in health if not h.healthy] == [
+        (device_name(gone_id), f"a CPU of exclusive device {gone_id} is offline")]
 
 
 def test_a_fallback_cpu_list_id_becomes_a_dns_label() -> None:
