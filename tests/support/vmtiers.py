@@ -41,21 +41,28 @@ class Tier(Generic[B]):
 
     def __init__(self, prefix: str, boot: Callable[[Path], B]) -> None:
         self.share = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-        self.started = time.monotonic()
-        self._boots = _TURNS.submit(boot, self.share)
+        #: the tier's own time: from its turn's start to its last VM's end
+        self.seconds = 0.0
+        self._boots = _TURNS.submit(self._turn, boot)
         self.ended = False
+
+    def _turn(self, boot: Callable[[Path], B]) -> B:
+        began = time.monotonic()
+        try:
+            return boot(self.share)
+        finally:
+            self.seconds = time.monotonic() - began
 
     def booted(self) -> B:
         """The boots once every VM of the tier has ended."""
         return self._boots.result()
 
-    def end(self, keep: bool = False) -> float:
-        """The VMs waited for, the share removed (unless ``keep``); seconds since the tier started."""
+    def end(self, keep: bool = False) -> None:
+        """The VMs waited for, the share removed (unless ``keep``)."""
         self.ended = True
         self._boots.exception()
         if not keep:
             shutil.rmtree(self.share, ignore_errors=True)
-        return time.monotonic() - self.started
 
 
 def using(items: Iterable[pytest.Item], fixture: str) -> list[pytest.Item]:

@@ -99,7 +99,8 @@ class Tier(vmtiers.Tier[Boots]):
         if self._teardown:
             self._teardown.__exit__()
         keep = bool(os.environ.get("CMK_SYSTEMD_KEEP"))
-        _SESSION["tier_seconds"] = self.end(keep)
+        self.end(keep)
+        _SESSION["tier_seconds"] = self.seconds
         if keep:
             print(f"\nsystemd tier: results and consoles kept in {self.share}")
         return problems
