@@ -70,6 +70,8 @@ class DraServing:
         self.checkpoint = checkpoint_path(settings)
         self._tree: DeviceTree = tree
         self._refused: frozenset[str] = frozenset()
+        #: the tree but the refused pools: what the slices and the health stream hold
+        self._served: DeviceTree = {}
         self._plugin: DraPlugin | None = None
         #: the PoolServers interface: DRA mode has no device-plugin servers
         self.servers: dict[str, PoolServer] = {}
@@ -133,7 +135,7 @@ class DraServing:
         served = {resource: devices for resource, devices in tree.items() if resource not in refused}
         self._watch.update(device_health(served, self._link.node_name))
         with self._wake:
-            self._tree, self._refused, self._dirty = tree, refused, True
+            self._tree, self._refused, self._served, self._dirty = tree, refused, served, True
             self._wake.notify()
 
     def _slices(self, tree: DeviceTree, generation: int) -> list[dict[str, Any]]:
@@ -156,12 +158,12 @@ class DraServing:
                 if self._stopping:
                     return
                 self._dirty = False
-                tree, refused = self._tree, self._refused
+                served = self._served
             read = self._link.held()
             holding = read is None or any(read.values())
             held = known if read is None else read  # unread: as last read (none at the first, said so)
             known = held
-            want = unheld({r: d for r, d in tree.items() if r not in refused}, held)
+            want = unheld(served, held)
             try:
                 wrote = self._link.publish(partial(self._slices, want))
             except Exception as err:  # noqa: BLE001 - the API server's refusal or any surprise: say it, try again

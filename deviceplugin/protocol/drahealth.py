@@ -17,6 +17,7 @@ import grpc
 from api.drahealth.v1alpha1 import api_pb2 as health_pb
 from api.drahealth.v1alpha1 import api_pb2_grpc as health_grpc
 from deviceplugin.model.drahealth import RESEND_SECONDS, TIMEOUT_SECONDS, DeviceHealth
+from deviceplugin.protocol.server import wake_on_cancel
 
 
 def response(devices: tuple[DeviceHealth, ...], now: int) -> health_pb.NodeWatchResourcesResponse:
@@ -45,11 +46,7 @@ class HealthWatch(health_grpc.DRAResourceHealthServicer):
 
     def NodeWatchResources(self, request: health_pb.NodeWatchResourcesRequest,
                            context: grpc.ServicerContext) -> Iterator[health_pb.NodeWatchResourcesResponse]:
-        def wake() -> None:
-            with self._changed:
-                self._changed.notify_all()
-
-        context.add_callback(wake)  # a cancelled stream must not hold its worker until the next report
+        wake_on_cancel(context, self._changed)
         sent = -1
 
         def due() -> bool:

@@ -226,11 +226,7 @@ class PoolServer(pb_grpc.DevicePluginServicer):
         return options_message(self.devices)
 
     def ListAndWatch(self, request: pb.Empty, context: grpc.ServicerContext) -> Iterator[pb.ListAndWatchResponse]:
-        def wake() -> None:
-            with self._changed:
-                self._changed.notify_all()
-
-        context.add_callback(wake)  # a cancelled stream must not hold its worker until the next update
+        wake_on_cancel(context, self._changed)
         sent = -1
 
         def replaced() -> bool:
@@ -350,6 +346,16 @@ class ReadyHealth(health_pb2_grpc.HealthServicer):
         good = self._config_ok() if request.service == CONFIG_SERVICE else self._ready()
         status = health_pb2.HealthCheckResponse.SERVING if good else health_pb2.HealthCheckResponse.NOT_SERVING
         return health_pb2.HealthCheckResponse(status=status)
+
+
+def wake_on_cancel(context: grpc.ServicerContext, changed: threading.Condition) -> None:
+    """A stream waiting on ``changed`` wakes when its client goes: a cancelled stream must not hold its worker
+    until the next update."""
+    def wake() -> None:
+        with changed:
+            changed.notify_all()
+
+    context.add_callback(wake)
 
 
 def listen(socket_path: Path, problem: str, add: Callable[[grpc.Server], None], *, thread_prefix: str,
