@@ -33,3 +33,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if tier is not None:
             item.add_marker(getattr(pytest.mark, tier))
     items.sort(key=lambda item: tiers[item.nodeid] in vmtiers.LAST)
+
+
+def pytest_sessionfinish() -> None:
+    vmtiers.session_ended()

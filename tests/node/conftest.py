@@ -80,19 +80,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _TIER.append(vmtiers.Tier("cmk-node-", lambda share: Boots(share, needed).booted()))
 
 
-def pytest_sessionfinish() -> None:
-    """A run that ended before the tier's tests were done (``-x``, a Ctrl-C) stops its VMs."""
-    for tier in _TIER:
-        if not tier.ended:
-            vmtiers.stop()
-            tier.end()
-
-
 @pytest.fixture(scope="session")
 def node_boots() -> Iterator[Boots]:
     (tier,) = _TIER
     yield tier.booted()
-    tier.end()
+    tier.finish()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pytest
 
@@ -45,6 +45,7 @@ class Tier(Generic[B]):
         self.seconds = 0.0
         self._boots = _TURNS.submit(self._turn, boot)
         self.ended = False
+        _TIERS.append(self)
 
     def _turn(self, boot: Callable[[Path], B]) -> B:
         began = time.monotonic()
@@ -63,6 +64,25 @@ class Tier(Generic[B]):
         self._boots.exception()
         if not keep:
             shutil.rmtree(self.share, ignore_errors=True)
+
+    def finish(self) -> list[str]:
+        """The tier's end, once (a tier with more to tear down says more); what could not be removed."""
+        if not self.ended:
+            self.end()
+        return []
+
+
+_TIERS: list[Tier[Any]] = []
+
+
+def session_ended() -> None:
+    """At the session's end (``pytest_sessionfinish``): a tier whose tests did not finish (``-x``, a Ctrl-C) has
+    every VM stopped rather than waited for, then its end."""
+    unended = [tier for tier in _TIERS if not tier.ended]
+    if unended:
+        stop()
+    for tier in unended:
+        tier.finish()
 
 
 def using(items: Iterable[pytest.Item], fixture: str) -> list[pytest.Item]:

@@ -93,7 +93,9 @@ class Tier(vmtiers.Tier[Boots]):
         return self.booted().close()
 
     def finish(self) -> list[str]:
-        """Every boot waited for and its control planes down: what could not be removed."""
+        """Every boot waited for and its control planes down, once: what could not be removed."""
+        if self.ended:
+            return []
         self._finishing = True
         problems = self._teardown.run() if self._teardown else self._close()
         if self._teardown:
@@ -112,14 +114,6 @@ _TIER: list[Tier] = []
 def pytest_collection_finish(session: pytest.Session) -> None:
     if vmtiers.using(session.items, "systemd_boots") and not session.config.option.collectonly:
         _TIER.append(Tier(session.items))
-
-
-def pytest_sessionfinish() -> None:
-    """A run that ended before the tier's tests were done (``-x``, a Ctrl-C) stops its VMs."""
-    for tier in _TIER:
-        if not tier.ended:
-            vmtiers.stop()
-            tier.finish()
 
 
 @pytest.fixture(scope="session")
